@@ -1,0 +1,458 @@
+//! `State::apply`: the one way state changes.
+//!
+//! Order of work for every application entry: advance `sm_time`, expire every lease that is
+//! now due (so a keepalive, grant or release applied after a deadline fails even before an
+//! `Expire` entry commits), then the request-id check, then the command itself. Blank and
+//! membership entries only advance `applied_index`.
+
+use sha2::{Digest, Sha256};
+
+use crate::codec;
+use crate::command::{Command, Condition, Envelope, Fence};
+use crate::limits;
+use crate::response::{ApplyError, KeepaliveResult, Outcome, Response};
+use crate::state::{Holder, KeyRecord, Lease, Lock, RequestRecord, State};
+
+type ApplyResult = Result<Outcome, ApplyError>;
+
+impl State {
+    /// Applies a blank or membership entry: only the applied index moves.
+    pub fn apply_blank(&mut self, index: u64) {
+        self.applied_index = index;
+    }
+
+    /// Applies one application entry at `index` of `term`.
+    pub fn apply(&mut self, index: u64, term: u64, env: &Envelope) -> Response {
+        self.applied_index = index;
+        self.sm_time_ms = self.sm_time_ms.max(env.now_ms);
+        let expired = self.expire_due();
+        self.expire_request_records();
+
+        let Some(request_id) = env.request_id.as_deref() else {
+            let outcome = self.run(index, term, &env.command, expired);
+            return Response {
+                revision: index,
+                term,
+                replayed: false,
+                outcome,
+            };
+        };
+        let sha = command_sha256(&env.command);
+        if let Some(record) = self.requests.get(request_id) {
+            if record.command_sha256 == sha {
+                let mut response = record.response.clone();
+                response.replayed = true;
+                return response;
+            }
+            let err = ApplyError::RequestIdReused {
+                request_id: request_id.to_string(),
+            };
+            return Response {
+                revision: index,
+                term,
+                replayed: false,
+                outcome: Err(err),
+            };
+        }
+        let outcome = self.run(index, term, &env.command, expired);
+        let response = Response {
+            revision: index,
+            term,
+            replayed: false,
+            outcome,
+        };
+        self.record_request(request_id, sha, &env.command, &response);
+        response
+    }
+
+    fn run(&mut self, index: u64, term: u64, cmd: &Command, expired: Vec<u64>) -> ApplyResult {
+        match cmd {
+            Command::Tick => Ok(Outcome::Applied),
+            Command::InitCluster { cluster_id } => Ok(self.init_cluster(cluster_id)),
+            Command::LeaseGrant { ttl_ms } => self.lease_grant(index, *ttl_ms),
+            Command::LeaseKeepalive { lease_ids } => self.lease_keepalive(lease_ids),
+            Command::LeaseRevoke { lease_id } => self.lease_revoke(*lease_id),
+            Command::Expire { .. } => Ok(Outcome::Expired { lease_ids: expired }),
+            Command::LockAcquire { name, lease_id } => {
+                self.lock_acquire(index, term, name, *lease_id)
+            }
+            Command::LockRelease {
+                name,
+                lease_id,
+                token,
+            } => self.lock_release(name, *lease_id, *token),
+            Command::KvPut {
+                key,
+                value,
+                lease_id,
+                condition,
+                fence,
+            } => self.kv_put(
+                index,
+                key,
+                value,
+                *lease_id,
+                condition.as_ref(),
+                fence.as_ref(),
+            ),
+            Command::KvDelete {
+                key,
+                condition,
+                fence,
+            } => self.kv_delete(key, condition.as_ref(), fence.as_ref()),
+            Command::CounterIncr { name, by } => self.counter_incr(name, *by),
+        }
+    }
+
+    fn init_cluster(&mut self, cluster_id: &str) -> Outcome {
+        let current = self
+            .cluster_id
+            .get_or_insert_with(|| cluster_id.to_string());
+        Outcome::ClusterId {
+            cluster_id: current.clone(),
+        }
+    }
+
+    fn lease_grant(&mut self, index: u64, ttl_ms: u64) -> ApplyResult {
+        if !(limits::TTL_MS_MIN..=limits::TTL_MS_MAX).contains(&ttl_ms) {
+            return Err(ApplyError::Invalid {
+                reason: format!("ttl_ms {ttl_ms} out of range"),
+            });
+        }
+        if self.leases.len() >= limits::LEASES_MAX {
+            return Err(ApplyError::LimitReached {
+                limit: "leases_max".into(),
+            });
+        }
+        let deadline_ms = self.sm_time_ms.saturating_add(ttl_ms);
+        let lease = Lease {
+            ttl_ms,
+            deadline_ms,
+            locks: Default::default(),
+            keys: Default::default(),
+            request_ids: Default::default(),
+        };
+        self.leases.insert(index, lease);
+        self.lease_deadlines.insert((deadline_ms, index));
+        Ok(Outcome::LeaseGranted {
+            lease_id: index,
+            ttl_ms,
+        })
+    }
+
+    fn lease_keepalive(&mut self, lease_ids: &[u64]) -> ApplyResult {
+        if lease_ids.len() > limits::KEEPALIVE_LEASES_PER_ENTRY_MAX {
+            return Err(ApplyError::Invalid {
+                reason: "too many leases in one keepalive".into(),
+            });
+        }
+        let now = self.sm_time_ms;
+        let results = lease_ids
+            .iter()
+            .map(|&lease_id| match self.leases.get_mut(&lease_id) {
+                // Due leases were expired on entry to `apply`, so any lease found is live.
+                Some(lease) => {
+                    self.lease_deadlines.remove(&(lease.deadline_ms, lease_id));
+                    lease.deadline_ms = now.saturating_add(lease.ttl_ms);
+                    self.lease_deadlines.insert((lease.deadline_ms, lease_id));
+                    KeepaliveResult {
+                        lease_id,
+                        ttl_ms: lease.ttl_ms,
+                        remaining_ms: Some(lease.ttl_ms),
+                    }
+                }
+                None => KeepaliveResult {
+                    lease_id,
+                    ttl_ms: 0,
+                    remaining_ms: None,
+                },
+            })
+            .collect();
+        Ok(Outcome::LeasesKept { results })
+    }
+
+    fn lease_revoke(&mut self, lease_id: u64) -> ApplyResult {
+        if !self.leases.contains_key(&lease_id) {
+            return Err(ApplyError::LeaseNotFound { lease_id });
+        }
+        self.end_lease(lease_id);
+        Ok(Outcome::LeaseRevoked { lease_id })
+    }
+
+    fn lock_acquire(&mut self, index: u64, term: u64, name: &str, lease_id: u64) -> ApplyResult {
+        check_len("lock name", name, limits::LOCK_NAME_BYTES_MAX)?;
+        if !self.lease_is_live(lease_id) {
+            return Err(ApplyError::LeaseNotFound { lease_id });
+        }
+        if let Some(lock) = self.locks.get(name) {
+            let holder_token = lock.holder.token;
+            return Err(ApplyError::LockHeld {
+                name: name.to_string(),
+                holder_token,
+            });
+        }
+        let holder = Holder {
+            lease_id,
+            token: index,
+            term,
+            since_ms: self.sm_time_ms,
+        };
+        self.locks.insert(name.to_string(), Lock { holder });
+        self.lease_mut(lease_id)?.locks.insert(name.to_string());
+        Ok(Outcome::LockGranted {
+            name: name.to_string(),
+            token: index,
+            term,
+            lease_id,
+        })
+    }
+
+    fn lock_release(&mut self, name: &str, lease_id: u64, token: u64) -> ApplyResult {
+        if !self.lease_is_live(lease_id) {
+            return Err(ApplyError::LeaseNotFound { lease_id });
+        }
+        let holds = self
+            .locks
+            .get(name)
+            .is_some_and(|l| l.holder.lease_id == lease_id && l.holder.token == token);
+        if !holds {
+            return Err(ApplyError::NotHolder {
+                name: name.to_string(),
+                lease_id,
+                token,
+            });
+        }
+        self.locks.remove(name);
+        self.lease_mut(lease_id)?.locks.remove(name);
+        Ok(Outcome::LockReleased {
+            name: name.to_string(),
+        })
+    }
+
+    fn kv_put(
+        &mut self,
+        index: u64,
+        key: &str,
+        value: &str,
+        lease_id: Option<u64>,
+        condition: Option<&Condition>,
+        fence: Option<&Fence>,
+    ) -> ApplyResult {
+        check_len("key", key, limits::KEY_BYTES_MAX)?;
+        if value.len() > limits::VALUE_BYTES_MAX {
+            let reason = format!("value must be at most {} bytes", limits::VALUE_BYTES_MAX);
+            return Err(ApplyError::Invalid { reason });
+        }
+        if let Some(lease_id) = lease_id.filter(|&id| !self.lease_is_live(id)) {
+            return Err(ApplyError::LeaseNotFound { lease_id });
+        }
+        self.check_guards(key, condition, fence)?;
+        let previous = self.keys.remove(key);
+        if previous.is_none() && self.keys.len() >= limits::KEYS_MAX {
+            return Err(ApplyError::LimitReached {
+                limit: "keys_max".into(),
+            });
+        }
+        if let Some(old_lease) = previous.as_ref().and_then(|p| p.lease_id) {
+            if let Some(lease) = self.leases.get_mut(&old_lease) {
+                lease.keys.remove(key);
+            }
+        }
+        if let Some(lease_id) = lease_id {
+            self.lease_mut(lease_id)?.keys.insert(key.to_string());
+        }
+        let record = KeyRecord {
+            value: value.to_string(),
+            create_revision: previous.as_ref().map_or(index, |p| p.create_revision),
+            mod_revision: index,
+            version: previous.as_ref().map_or(1, |p| p.version + 1),
+            lease_id,
+        };
+        self.keys.insert(key.to_string(), record);
+        Ok(Outcome::KvWritten {
+            key: key.to_string(),
+        })
+    }
+
+    fn kv_delete(
+        &mut self,
+        key: &str,
+        condition: Option<&Condition>,
+        fence: Option<&Fence>,
+    ) -> ApplyResult {
+        check_len("key", key, limits::KEY_BYTES_MAX)?;
+        self.check_guards(key, condition, fence)?;
+        let existed = self.delete_key(key);
+        Ok(Outcome::KvDeleted {
+            key: key.to_string(),
+            existed,
+        })
+    }
+
+    fn counter_incr(&mut self, name: &str, by: i64) -> ApplyResult {
+        check_len("counter name", name, limits::COUNTER_NAME_BYTES_MAX)?;
+        if by.unsigned_abs() > limits::COUNTER_STEP_ABS_MAX.unsigned_abs() {
+            return Err(ApplyError::Invalid {
+                reason: "counter step too large".into(),
+            });
+        }
+        let current = self.counters.get(name).copied().unwrap_or(0);
+        let value = current
+            .checked_add(by)
+            .ok_or_else(|| ApplyError::CounterOverflow {
+                name: name.to_string(),
+            })?;
+        self.counters.insert(name.to_string(), value);
+        Ok(Outcome::Counter {
+            name: name.to_string(),
+            value,
+        })
+    }
+
+    /// Fence first (a superseded holder must learn it is fenced), then the condition.
+    fn check_guards(
+        &self,
+        key: &str,
+        condition: Option<&Condition>,
+        fence: Option<&Fence>,
+    ) -> Result<(), ApplyError> {
+        if let Some(fence) = fence {
+            let current_token = self.locks.get(&fence.lock).map(|l| l.holder.token);
+            if current_token != Some(fence.token) {
+                return Err(ApplyError::Fenced {
+                    lock: fence.lock.clone(),
+                    token: fence.token,
+                    current_token,
+                });
+            }
+        }
+        let existing = self.keys.get(key);
+        let ok = match condition {
+            None => true,
+            Some(Condition::Absent) => existing.is_none(),
+            Some(Condition::ModRevision(rev)) => existing.is_some_and(|k| k.mod_revision == *rev),
+            Some(Condition::Value(v)) => existing.is_some_and(|k| &k.value == v),
+        };
+        if ok {
+            Ok(())
+        } else {
+            Err(ApplyError::CompareFailed {
+                key: key.to_string(),
+            })
+        }
+    }
+
+    /// Expires every lease due at the current `sm_time`; returns their ids.
+    fn expire_due(&mut self) -> Vec<u64> {
+        let due = self.leases_due_at(self.sm_time_ms, usize::MAX);
+        for &lease_id in &due {
+            self.end_lease(lease_id);
+        }
+        due
+    }
+
+    /// Ends a lease: frees its locks, deletes its keys, and moves its request records onto
+    /// the expiry window so a retry shortly after still sees the first outcome.
+    fn end_lease(&mut self, lease_id: u64) {
+        let Some(lease) = self.leases.remove(&lease_id) else {
+            return;
+        };
+        self.lease_deadlines.remove(&(lease.deadline_ms, lease_id));
+        for name in &lease.locks {
+            self.locks.remove(name);
+        }
+        for key in &lease.keys {
+            self.keys.remove(key);
+        }
+        let expires_ms = self
+            .sm_time_ms
+            .saturating_add(limits::REQUEST_RECORD_WINDOW_MS);
+        for request_id in lease.request_ids {
+            if let Some(record) = self.requests.get_mut(&request_id) {
+                record.lease_id = None;
+                record.expires_ms = Some(expires_ms);
+                self.request_expiries.insert((expires_ms, request_id));
+            }
+        }
+    }
+
+    fn delete_key(&mut self, key: &str) -> bool {
+        let Some(record) = self.keys.remove(key) else {
+            return false;
+        };
+        if let Some(lease) = record.lease_id.and_then(|id| self.leases.get_mut(&id)) {
+            lease.keys.remove(key);
+        }
+        true
+    }
+
+    fn record_request(
+        &mut self,
+        request_id: &str,
+        sha: [u8; 32],
+        cmd: &Command,
+        response: &Response,
+    ) {
+        let live_lease = match cmd {
+            // A granted lease's own grant record lives as long as the lease.
+            Command::LeaseGrant { .. } => response.outcome.as_ref().ok().map(|_| response.revision),
+            _ => cmd.concerned_lease(),
+        }
+        .filter(|&id| self.leases.contains_key(&id));
+        let mut record = RequestRecord {
+            command_sha256: sha,
+            response: response.clone(),
+            lease_id: None,
+            expires_ms: None,
+        };
+        match live_lease.and_then(|id| self.leases.get_mut(&id).map(|l| (id, l))) {
+            Some((id, lease)) => {
+                lease.request_ids.insert(request_id.to_string());
+                record.lease_id = Some(id);
+            }
+            None => {
+                let expires_ms = self
+                    .sm_time_ms
+                    .saturating_add(limits::REQUEST_RECORD_WINDOW_MS);
+                record.expires_ms = Some(expires_ms);
+                self.request_expiries
+                    .insert((expires_ms, request_id.to_string()));
+            }
+        }
+        self.requests.insert(request_id.to_string(), record);
+    }
+
+    fn expire_request_records(&mut self) {
+        while let Some((expires_ms, _)) = self.request_expiries.first() {
+            if *expires_ms > self.sm_time_ms {
+                break;
+            }
+            if let Some((_, request_id)) = self.request_expiries.pop_first() {
+                self.requests.remove(&request_id);
+            }
+        }
+    }
+
+    fn lease_mut(&mut self, lease_id: u64) -> Result<&mut Lease, ApplyError> {
+        self.leases
+            .get_mut(&lease_id)
+            .ok_or(ApplyError::LeaseNotFound { lease_id })
+    }
+}
+
+fn check_len(what: &str, s: &str, max: usize) -> Result<(), ApplyError> {
+    if s.is_empty() || s.len() > max {
+        return Err(ApplyError::Invalid {
+            reason: format!("{what} must be 1..={max} bytes"),
+        });
+    }
+    Ok(())
+}
+
+fn command_sha256(cmd: &Command) -> [u8; 32] {
+    Sha256::digest(codec::encode_command(cmd)).into()
+}
+
+#[cfg(test)]
+#[path = "apply_test.rs"]
+mod apply_test;

@@ -1,0 +1,115 @@
+//! What a log entry carries. `Envelope` wraps every command with the leader's `sm_time` stamp
+//! and the client's optional `request_id`.
+//!
+//! Compatibility rule: logs and snapshots written by older binaries must keep decoding, so
+//! `Command`, `Condition` and `Fence` are append-only. New variants go at the end; a variant's
+//! fields never change (add a new variant instead). `tests/golden/` pins today's encodings.
+
+use serde::{Deserialize, Serialize};
+
+/// One application entry of the Raft log.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Envelope {
+    /// The proposing leader's time: `sm_time` at its election plus monotonic time elapsed
+    /// since. `apply` moves `sm_time` to `max(sm_time, now_ms)`; it never goes backwards.
+    pub now_ms: u64,
+    /// Client-chosen id that makes a mutating request idempotent (see `State::apply`).
+    pub request_id: Option<String>,
+    pub command: Command,
+}
+
+/// A state machine command. Append-only: see the module docs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Command {
+    /// Moves `sm_time` forward when the cluster is otherwise idle; expires due leases.
+    Tick,
+    /// Sets the replicated `cluster_id` if none is set yet; later ones are no-ops.
+    InitCluster { cluster_id: String },
+    /// Grants a lease; its id is this entry's index.
+    LeaseGrant { ttl_ms: u64 },
+    /// Renews each named lease that is still live at apply time.
+    LeaseKeepalive { lease_ids: Vec<u64> },
+    /// Ends a lease now: releases its locks and deletes its keys.
+    LeaseRevoke { lease_id: u64 },
+    /// Proposed by the leader when it believes leases are due. Applies only to those still
+    /// due at apply time: a renewal committed in between wins.
+    Expire { lease_ids: Vec<u64> },
+    /// Try-acquires an exclusive lock for a lease.
+    LockAcquire { name: String, lease_id: u64 },
+    /// Releases one acquisition, named by its token and lease.
+    LockRelease {
+        name: String,
+        lease_id: u64,
+        token: u64,
+    },
+    /// Writes a key, optionally bound to a lease, guarded by a condition and/or a fence.
+    KvPut {
+        key: String,
+        value: String,
+        lease_id: Option<u64>,
+        condition: Option<Condition>,
+        fence: Option<Fence>,
+    },
+    /// Deletes a key, guarded by a condition and/or a fence.
+    KvDelete {
+        key: String,
+        condition: Option<Condition>,
+        fence: Option<Fence>,
+    },
+    /// Adds `by` to a counter (created at 0).
+    CounterIncr { name: String, by: i64 },
+}
+
+/// A compare for conditional key writes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Condition {
+    /// The key must not exist.
+    Absent,
+    /// The key must exist with this `mod_revision`.
+    ModRevision(u64),
+    /// The key must exist with this value.
+    Value(String),
+}
+
+/// A fencing guard: the write applies only while `token` is the lock's current exclusive grant.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Fence {
+    pub lock: String,
+    pub token: u64,
+}
+
+impl Command {
+    /// The lease a request-id record of this command should live as long as, if any.
+    pub fn concerned_lease(&self) -> Option<u64> {
+        match self {
+            Command::LeaseRevoke { lease_id }
+            | Command::LockAcquire { lease_id, .. }
+            | Command::LockRelease { lease_id, .. } => Some(*lease_id),
+            Command::KvPut { lease_id, .. } => *lease_id,
+            _ => None,
+        }
+    }
+
+    /// Short stable name for logs and metrics.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Command::Tick => "tick",
+            Command::InitCluster { .. } => "init_cluster",
+            Command::LeaseGrant { .. } => "lease_grant",
+            Command::LeaseKeepalive { .. } => "lease_keepalive",
+            Command::LeaseRevoke { .. } => "lease_revoke",
+            Command::Expire { .. } => "expire",
+            Command::LockAcquire { .. } => "lock_acquire",
+            Command::LockRelease { .. } => "lock_release",
+            Command::KvPut { .. } => "kv_put",
+            Command::KvDelete { .. } => "kv_delete",
+            Command::CounterIncr { .. } => "counter_incr",
+        }
+    }
+}
+
+impl std::fmt::Display for Envelope {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}@{}ms", self.command.kind(), self.now_ms)
+    }
+}

@@ -1,0 +1,33 @@
+//! Hard limits, named with their units last. The API validates requests against these before
+//! proposing, and `apply` re-checks the ones that guard state size, so a bad entry can never
+//! grow the state without bound. `docs/api.md` lists every one of them.
+
+/// Shortest lease TTL. Below about two election timeouts a lease could expire during an
+/// ordinary leader change.
+pub const TTL_MS_MIN: u64 = 1_000;
+/// Longest lease TTL (one hour).
+pub const TTL_MS_MAX: u64 = 3_600_000;
+/// Longest key, in bytes of UTF-8.
+pub const KEY_BYTES_MAX: usize = 512;
+/// Largest value, in bytes. Far below sled's ~128 KiB blob threshold so no log entry that
+/// carries a value ever lands in sled's unsynced `blobs/` directory.
+pub const VALUE_BYTES_MAX: usize = 64 * 1024;
+/// Longest lock name, in bytes.
+pub const LOCK_NAME_BYTES_MAX: usize = 256;
+/// Longest counter name, in bytes.
+pub const COUNTER_NAME_BYTES_MAX: usize = 256;
+/// Longest client-chosen `request_id`, in bytes.
+pub const REQUEST_ID_BYTES_MAX: usize = 128;
+/// Most leases renewed by one keepalive entry.
+pub const KEEPALIVE_LEASES_PER_ENTRY_MAX: usize = 1_024;
+/// Most leases named by one `Expire` entry.
+pub const EXPIRE_LEASES_PER_ENTRY_MAX: usize = 1_024;
+/// How long a request-id record outlives its request when it concerns no live lease: a retry
+/// within this window gets the first outcome; after it, the id may act again.
+pub const REQUEST_RECORD_WINDOW_MS: u64 = 10 * 60 * 1_000;
+/// Most leases alive at once; a grant past it fails with `too_many_leases`.
+pub const LEASES_MAX: usize = 1_000_000;
+/// Most keys stored at once.
+pub const KEYS_MAX: usize = 1_000_000;
+/// Largest `|by|` of one counter increment.
+pub const COUNTER_STEP_ABS_MAX: i64 = 1 << 53;

@@ -1,0 +1,109 @@
+//! What applying an entry returns. Every response carries the entry's `revision` (its log
+//! index) and `term`; a replayed request-id returns the stored first response unchanged.
+
+use serde::{Deserialize, Serialize};
+
+/// The result of applying one entry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Response {
+    /// Log index of the entry that produced this outcome (for a replay: the first entry).
+    pub revision: u64,
+    /// Term of that entry.
+    pub term: u64,
+    /// True when this is a stored outcome returned for a retried `request_id`.
+    pub replayed: bool,
+    pub outcome: Result<Outcome, ApplyError>,
+}
+
+/// A successful outcome.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Outcome {
+    /// Tick, blank and membership entries.
+    Applied,
+    ClusterId {
+        cluster_id: String,
+    },
+    LeaseGranted {
+        lease_id: u64,
+        ttl_ms: u64,
+    },
+    LeasesKept {
+        results: Vec<KeepaliveResult>,
+    },
+    LeaseRevoked {
+        lease_id: u64,
+    },
+    Expired {
+        lease_ids: Vec<u64>,
+    },
+    LockGranted {
+        name: String,
+        token: u64,
+        term: u64,
+        lease_id: u64,
+    },
+    LockReleased {
+        name: String,
+    },
+    KvWritten {
+        key: String,
+    },
+    KvDeleted {
+        key: String,
+        existed: bool,
+    },
+    Counter {
+        name: String,
+        value: i64,
+    },
+}
+
+/// Per-lease result of a keepalive entry. `remaining_ms` is `None` when the lease was gone or
+/// already due at apply time.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeepaliveResult {
+    pub lease_id: u64,
+    pub ttl_ms: u64,
+    pub remaining_ms: Option<u64>,
+}
+
+/// A definite refusal: the entry committed but changed nothing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+pub enum ApplyError {
+    #[error("lease {lease_id} not found or already expired")]
+    LeaseNotFound { lease_id: u64 },
+    #[error("lock {name} is held (token {holder_token})")]
+    LockHeld { name: String, holder_token: u64 },
+    #[error("lease {lease_id} does not hold lock {name} with token {token}")]
+    NotHolder {
+        name: String,
+        lease_id: u64,
+        token: u64,
+    },
+    #[error("condition on key {key} failed")]
+    CompareFailed { key: String },
+    #[error("fenced: token {token} is not the current grant of lock {lock}")]
+    Fenced {
+        lock: String,
+        token: u64,
+        current_token: Option<u64>,
+    },
+    #[error("request_id {request_id} was used for a different request")]
+    RequestIdReused { request_id: String },
+    #[error("counter {name} would overflow")]
+    CounterOverflow { name: String },
+    #[error("limit reached: {limit}")]
+    LimitReached { limit: String },
+    #[error("invalid command: {reason}")]
+    Invalid { reason: String },
+}
+
+impl Response {
+    /// The granted lock's token, if this response is a grant.
+    pub fn token(&self) -> Option<u64> {
+        match &self.outcome {
+            Ok(Outcome::LockGranted { token, .. }) => Some(*token),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,109 @@
+//! The replicated records. Everything is in ordered maps so that encoding the state is
+//! deterministic: two replicas that applied the same log encode to the same bytes.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+use crate::response::Response;
+
+/// The whole state machine.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct State {
+    /// Index of the last applied entry (application, blank or membership).
+    pub applied_index: u64,
+    /// The cluster's time, advanced only by entries; never goes backwards.
+    pub sm_time_ms: u64,
+    /// Chosen once by the first leader and replicated; travels with every token.
+    pub cluster_id: Option<String>,
+    pub keys: BTreeMap<String, KeyRecord>,
+    pub leases: BTreeMap<u64, Lease>,
+    /// `(deadline_ms, lease_id)` of every lease, so due leases are found without a scan.
+    pub lease_deadlines: BTreeSet<(u64, u64)>,
+    /// Only locks with a holder are stored; an idle lock is absent.
+    pub locks: BTreeMap<String, Lock>,
+    pub counters: BTreeMap<String, i64>,
+    pub requests: BTreeMap<String, RequestRecord>,
+    /// `(expires_ms, request_id)` of records that no longer concern a live lease.
+    pub request_expiries: BTreeSet<(u64, String)>,
+}
+
+/// One key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyRecord {
+    pub value: String,
+    pub create_revision: u64,
+    pub mod_revision: u64,
+    /// Number of writes since creation (1 after the first put).
+    pub version: u64,
+    pub lease_id: Option<u64>,
+}
+
+/// One lease. Its id is the index of the entry that granted it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lease {
+    pub ttl_ms: u64,
+    /// Live while `sm_time_ms < deadline_ms`.
+    pub deadline_ms: u64,
+    /// Locks this lease holds.
+    pub locks: BTreeSet<String>,
+    /// Keys bound to this lease (deleted when it ends).
+    pub keys: BTreeSet<String>,
+    /// Request-id records that live as long as this lease.
+    pub request_ids: BTreeSet<String>,
+}
+
+/// One held lock.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lock {
+    pub holder: Holder,
+}
+
+/// The current exclusive grant of a lock.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Holder {
+    pub lease_id: u64,
+    /// Index of the entry that made the grant: the fencing token.
+    pub token: u64,
+    /// Term of that entry.
+    pub term: u64,
+    /// `sm_time_ms` at the grant.
+    pub since_ms: u64,
+}
+
+/// The stored first outcome of a request made with a `request_id`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RequestRecord {
+    /// SHA-256 of the encoded command, to tell a retry from a different request.
+    pub command_sha256: [u8; 32],
+    pub response: Response,
+    /// Set while the record lives as long as a live lease.
+    pub lease_id: Option<u64>,
+    /// Set once the record is on the expiry window instead.
+    pub expires_ms: Option<u64>,
+}
+
+impl State {
+    /// True while the lease exists and is not due at the current `sm_time`.
+    pub fn lease_is_live(&self, lease_id: u64) -> bool {
+        self.leases
+            .get(&lease_id)
+            .is_some_and(|l| self.sm_time_ms < l.deadline_ms)
+    }
+
+    /// Leases due at `now_ms`, oldest deadline first, at most `limit`.
+    pub fn leases_due_at(&self, now_ms: u64, limit: usize) -> Vec<u64> {
+        self.lease_deadlines
+            .iter()
+            .take_while(|(deadline, _)| *deadline <= now_ms)
+            .take(limit)
+            .map(|(_, id)| *id)
+            .collect()
+    }
+
+    /// True if the state has anything whose fate depends on time moving (leases, or
+    /// request records on the expiry window). When false, the leader need not tick.
+    pub fn needs_time(&self) -> bool {
+        !self.leases.is_empty() || !self.request_expiries.is_empty()
+    }
+}

@@ -1,0 +1,232 @@
+//! Golden encodings. The files under `tests/golden/` were written by this version of the
+//! binary; every later version must keep decoding them to the same values, or logs and
+//! snapshots on users' disks become unreadable. Regenerate (only when adding new goldens, never
+//! to "fix" a failure) with `TURNSTILE_BLESS=1 cargo test -p turnstile-core --test golden`.
+
+use std::path::PathBuf;
+
+use turnstile_core::codec;
+use turnstile_core::{Command, Condition, Envelope, Fence, State};
+
+fn golden_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden")
+}
+
+fn sample_envelopes() -> Vec<(&'static str, Envelope)> {
+    let env = |request_id: Option<&str>, command| Envelope {
+        now_ms: 123_456,
+        request_id: request_id.map(str::to_string),
+        command,
+    };
+    vec![
+        ("v1_tick", env(None, Command::Tick)),
+        (
+            "v1_init_cluster",
+            env(
+                None,
+                Command::InitCluster {
+                    cluster_id: "c0ffee".into(),
+                },
+            ),
+        ),
+        (
+            "v1_lease_grant",
+            env(Some("req-1"), Command::LeaseGrant { ttl_ms: 10_000 }),
+        ),
+        (
+            "v1_lease_keepalive",
+            env(
+                None,
+                Command::LeaseKeepalive {
+                    lease_ids: vec![3, 4],
+                },
+            ),
+        ),
+        (
+            "v1_lease_revoke",
+            env(None, Command::LeaseRevoke { lease_id: 3 }),
+        ),
+        (
+            "v1_expire",
+            env(None, Command::Expire { lease_ids: vec![3] }),
+        ),
+        (
+            "v1_lock_acquire",
+            env(
+                Some("req-2"),
+                Command::LockAcquire {
+                    name: "jobs".into(),
+                    lease_id: 3,
+                },
+            ),
+        ),
+        (
+            "v1_lock_release",
+            env(
+                None,
+                Command::LockRelease {
+                    name: "jobs".into(),
+                    lease_id: 3,
+                    token: 7,
+                },
+            ),
+        ),
+        (
+            "v1_kv_put",
+            env(
+                None,
+                Command::KvPut {
+                    key: "k".into(),
+                    value: "v".into(),
+                    lease_id: Some(3),
+                    condition: Some(Condition::ModRevision(5)),
+                    fence: Some(Fence {
+                        lock: "jobs".into(),
+                        token: 7,
+                    }),
+                },
+            ),
+        ),
+        (
+            "v1_kv_put_absent",
+            env(
+                None,
+                Command::KvPut {
+                    key: "k".into(),
+                    value: "v".into(),
+                    lease_id: None,
+                    condition: Some(Condition::Absent),
+                    fence: None,
+                },
+            ),
+        ),
+        (
+            "v1_kv_delete",
+            env(
+                None,
+                Command::KvDelete {
+                    key: "k".into(),
+                    condition: Some(Condition::Value("v".into())),
+                    fence: None,
+                },
+            ),
+        ),
+        (
+            "v1_counter_incr",
+            env(
+                None,
+                Command::CounterIncr {
+                    name: "seq".into(),
+                    by: -2,
+                },
+            ),
+        ),
+    ]
+}
+
+/// A state with one of everything, built by applying entries.
+fn sample_state() -> State {
+    let cmds = vec![
+        (
+            None,
+            Command::InitCluster {
+                cluster_id: "c0ffee".into(),
+            },
+        ),
+        (Some("grant"), Command::LeaseGrant { ttl_ms: 60_000 }), // lease 2
+        (
+            Some("acq"),
+            Command::LockAcquire {
+                name: "jobs".into(),
+                lease_id: 2,
+            },
+        ),
+        (
+            None,
+            Command::KvPut {
+                key: "bound".into(),
+                value: "v".into(),
+                lease_id: Some(2),
+                condition: None,
+                fence: None,
+            },
+        ),
+        (
+            None,
+            Command::KvPut {
+                key: "plain".into(),
+                value: "v".into(),
+                lease_id: None,
+                condition: Some(Condition::Absent),
+                fence: None,
+            },
+        ),
+        (
+            Some("incr"),
+            Command::CounterIncr {
+                name: "seq".into(),
+                by: 41,
+            },
+        ),
+        (None, Command::LeaseGrant { ttl_ms: 1_000 }), // lease 7, expires below
+        (None, Command::Tick),
+    ];
+    let mut state = State::default();
+    for (i, (request_id, command)) in cmds.into_iter().enumerate() {
+        let index = i as u64 + 1;
+        let env = Envelope {
+            now_ms: 1_000 + 200 * index,
+            request_id: request_id.map(str::to_string),
+            command,
+        };
+        state.apply(index, 1, &env);
+    }
+    state
+}
+
+fn bless() -> bool {
+    std::env::var_os("TURNSTILE_BLESS").is_some()
+}
+
+#[test]
+fn envelopes_decode_from_golden_files() {
+    for (name, env) in sample_envelopes() {
+        let path = golden_dir().join(format!("{name}.bin"));
+        if bless() {
+            std::fs::write(&path, codec::encode_envelope(&env).expect("encodes"))
+                .expect("write golden");
+        }
+        let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let decoded = codec::decode_envelope(&bytes).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(decoded, env, "{name}");
+    }
+}
+
+#[test]
+fn state_decodes_from_golden_file() {
+    let path = golden_dir().join("v1_state.bin");
+    let state = sample_state();
+    assert!(
+        !state.locks.is_empty() && state.keys.len() == 2 && state.requests.len() == 3,
+        "sample state is not trivial: {state:?}"
+    );
+    if bless() {
+        std::fs::write(&path, codec::encode_state(&state).expect("encodes")).expect("write golden");
+    }
+    let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let decoded = codec::decode_state(&bytes).expect("golden state decodes");
+    assert_eq!(decoded, state);
+    decoded
+        .check_invariants()
+        .expect("golden state is consistent");
+}
+
+#[test]
+fn newer_state_versions_are_refused_not_misread() {
+    let mut bytes = codec::encode(&(codec::STATE_FORMAT_VERSION + 1, 0u8)).expect("encodes");
+    bytes.extend_from_slice(&[0; 16]);
+    assert!(matches!(
+        codec::decode_state(&bytes),
+        Err(codec::CodecError::UnknownStateVersion { .. })
+    ));
+}
