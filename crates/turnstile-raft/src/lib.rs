@@ -1,1 +1,10 @@
-//! placeholder
+//! openraft glue for Turnstile: the type config ([`types`]), the fsync'd sled log store
+//! ([`log_store`]), the state machine adapter ([`state_machine`]) with its snapshot files
+//! ([`snapshot_files`]), and the peer network ([`network`], with [`faults`] for tests).
+
+pub mod faults;
+pub mod log_store;
+pub mod network;
+pub mod snapshot_files;
+pub mod state_machine;
+pub mod types;

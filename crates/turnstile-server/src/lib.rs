@@ -1,1 +1,28 @@
-//! placeholder
+//! A Turnstile node: the HTTP client API, the peer API, request routing to the leader, and the
+//! background drivers (leader ticks and lease expiry, cluster formation).
+//!
+//! Module map:
+//! - [`config`]: flags, env and TOML into a validated [`config::NodeConfig`].
+//! - [`identity`]: the data dir's identity file and the join [`identity::Phase`].
+//! - [`node`]: starting and stopping a node ([`node::start`], [`node::RunningNode`]).
+//! - [`app`]: the shared context; [`routing`] gets requests to the leader; [`leader_ops`] is
+//!   what the leader does with them.
+//! - [`api`]: client HTTP handlers; [`peer_api`]: `/raft/*` handlers; [`error`]: the one
+//!   error-to-HTTP mapping; [`views`]: read models; [`proto`]: node-to-node messages.
+//! - [`driver`]: leader ticks, expiry, cluster id; [`bootstrap`]: forming a new cluster.
+//! - [`clock`]: the leader's monotonic `sm_time` source.
+
+pub mod api;
+pub mod app;
+pub mod bootstrap;
+pub mod clock;
+pub mod config;
+pub mod driver;
+pub mod error;
+pub mod identity;
+pub mod leader_ops;
+pub mod node;
+pub mod peer_api;
+pub mod proto;
+pub mod routing;
+pub mod views;

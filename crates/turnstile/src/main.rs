@@ -1,1 +1,102 @@
-fn main() {}
+//! The `turnstile` binary: `serve` runs one node, `dev` runs a local cluster in the
+//! foreground. Client commands arrive with the client library.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand, ValueEnum};
+use turnstile_server::config::{format_initial_cluster, ServeArgs};
+
+mod dev;
+
+#[derive(Parser)]
+#[command(
+    name = "turnstile",
+    version,
+    about = "A Raft-replicated lock store with fencing tokens"
+)]
+struct Cli {
+    /// Log format on stderr.
+    #[arg(long, global = true, env = "TURNSTILE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run one node.
+    Serve(ServeArgs),
+    /// Run a local cluster on loopback in the foreground (Ctrl-C stops it).
+    Dev(dev::DevArgs),
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("TURNSTILE_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openraft=warn"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    init_logging(cli.log_format);
+    match cli.command {
+        Cmd::Serve(args) => serve(args).await,
+        Cmd::Dev(args) => dev::run(args).await,
+    }
+}
+
+async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let cfg = args.resolve().context("invalid configuration")?;
+    let listener = tokio::net::TcpListener::bind(cfg.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", cfg.listen))?;
+    tracing::info!(initial_cluster = %format_initial_cluster(&cfg.initial_cluster), "starting");
+    let node = turnstile_server::node::start(cfg, listener, Default::default())
+        .await
+        .context("node failed to start")?;
+    wait_for_signal().await;
+    tracing::info!("signal received; stopping");
+    node.shutdown().await;
+    Ok(())
+}
+
+/// Resolves on SIGINT or SIGTERM.
+pub async fn wait_for_signal() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term => {}
+    }
+}
+
+/// Listen address of dev node `i` (1-based).
+fn dev_addr(base_port: u16, i: u16) -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], base_port + i - 1))
+}
+
+/// Default data dir of `turnstile dev`.
+fn dev_data_dir() -> PathBuf {
+    PathBuf::from("turnstile-data")
+}

@@ -1,0 +1,238 @@
+//! The log store's flusher thread: group commit for `SledLogStore`. Writers queue `IOFlushed`
+//! callbacks here; the thread takes every queued callback, makes them durable with ONE
+//! `db.flush()` + ONE `fdatasync`, and completes them in queue order.
+
+use std::fs::File;
+use std::io;
+use std::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::sync::Condvar;
+use std::sync::Mutex;
+use std::sync::MutexGuard;
+use std::sync::PoisonError;
+use std::thread::JoinHandle;
+
+use openraft::storage::IOFlushed;
+use openraft::RaftTypeConfig;
+
+/// Name of the flusher thread, as shown by `top -H` and in panics.
+const THREAD_NAME: &str = "turnstile-log-flusher";
+
+/// Counters shared by every clone of a store and its flusher thread. Relaxed atomics suffice:
+/// each counter is monotonic on its own, and a reader that waited for a callback is ordered
+/// after the increments by the channel the callback completed.
+#[derive(Debug, Default)]
+pub(super) struct SyncCounters {
+    pub(super) append_batches: AtomicU64,
+    pub(super) entries_appended: AtomicU64,
+    pub(super) fdatasyncs: AtomicU64,
+    pub(super) acked_batches: AtomicU64,
+}
+
+impl SyncCounters {
+    pub(super) fn add(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+
+    pub(super) fn get(counter: &AtomicU64) -> u64 {
+        counter.load(Ordering::Relaxed)
+    }
+}
+
+/// Why a caller waits for a sync: an `append` (counted in `acked_batches`) or an internal
+/// barrier (`save_vote`, `purge`) that must be durable before its caller goes on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum WaitKind {
+    Append,
+    Barrier,
+}
+
+/// One caller waiting for everything written before it to be on disk.
+pub(super) struct Waiter<C: RaftTypeConfig> {
+    pub(super) callback: IOFlushed<C>,
+    pub(super) kind: WaitKind,
+}
+
+/// The queue between writers and the flusher thread. Its length is bounded by the number of
+/// writes that arrive during one `fdatasync`, because every sync drains it completely.
+struct Queue<C: RaftTypeConfig> {
+    state: Mutex<QueueState<C>>,
+    ready: Condvar,
+}
+
+struct QueueState<C: RaftTypeConfig> {
+    waiters: Vec<Waiter<C>>,
+    /// Set by the last store handle: drain what is queued, then exit.
+    stopping: bool,
+    /// Set by the thread as it exits, normally or by panic: nobody will sync any more, so new
+    /// waiters fail at once instead of waiting forever.
+    closed: bool,
+}
+
+impl<C: RaftTypeConfig> Queue<C> {
+    /// Poisoning is ignored: the lock only guards a `Vec::push`, a `mem::take` and a bool store,
+    /// none of which can leave the state half-updated if a thread panics.
+    fn lock(&self) -> MutexGuard<'_, QueueState<C>> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Blocks until there is work, then takes all of it. `None` means "stop": the store is gone
+    /// and every waiter queued before that has been handed out.
+    fn take_all(&self) -> Option<Vec<Waiter<C>>> {
+        let mut state = self.lock();
+        while state.waiters.is_empty() && !state.stopping {
+            state = self
+                .ready
+                .wait(state)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+        if state.waiters.is_empty() {
+            return None;
+        }
+        Some(std::mem::take(&mut state.waiters))
+    }
+}
+
+/// Owner of the flusher thread. Dropping it (with the last store handle) stops the thread after
+/// a final sync of whatever is still queued, so a clean shutdown loses no acknowledged write.
+pub(super) struct Flusher<C: RaftTypeConfig> {
+    queue: Arc<Queue<C>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl<C: RaftTypeConfig> Flusher<C> {
+    /// Starts the thread. It keeps its own `Db` clone and the `<dir>/db` handle it fdatasyncs.
+    pub(super) fn spawn(
+        db: sled::Db,
+        db_file: File,
+        counters: Arc<SyncCounters>,
+    ) -> io::Result<Self> {
+        let queue = Arc::new(Queue {
+            state: Mutex::new(QueueState {
+                waiters: Vec::new(),
+                stopping: false,
+                closed: false,
+            }),
+            ready: Condvar::new(),
+        });
+        let thread_queue = Arc::clone(&queue);
+        let thread = std::thread::Builder::new()
+            .name(THREAD_NAME.to_owned())
+            .spawn(move || run(&thread_queue, &db, &db_file, &counters))?;
+        Ok(Self {
+            queue,
+            thread: Some(thread),
+        })
+    }
+
+    /// Queues a waiter. The caller holds the store's write-order lock, so queue order is the
+    /// order in which the writes reached sled, and callbacks complete in append order.
+    pub(super) fn enqueue(&self, waiter: Waiter<C>) {
+        let mut state = self.queue.lock();
+        if state.closed {
+            drop(state);
+            waiter.callback.io_completed(Err(closed_error()));
+            return;
+        }
+        state.waiters.push(waiter);
+        drop(state);
+        self.queue.ready.notify_one();
+    }
+}
+
+impl<C: RaftTypeConfig> Drop for Flusher<C> {
+    fn drop(&mut self) {
+        self.queue.lock().stopping = true;
+        self.queue.ready.notify_one();
+        let Some(thread) = self.thread.take() else {
+            return;
+        };
+        // Joining from the flusher thread itself would deadlock. It cannot hold a store handle
+        // today (callbacks only send on channels), but a future callback might.
+        if thread.thread().id() == std::thread::current().id() {
+            return;
+        }
+        if thread.join().is_err() {
+            tracing::error!("log flusher thread panicked");
+        }
+    }
+}
+
+/// The thread body: sync, complete, repeat.
+///
+/// After the first failed sync every later waiter fails too, without trying again. On Linux a
+/// failed `fdatasync` may drop the dirty pages it could not write and report success next time
+/// ("fsyncgate"), so a later success would not cover the earlier writes.
+fn run<C: RaftTypeConfig>(
+    queue: &Queue<C>,
+    db: &sled::Db,
+    db_file: &File,
+    counters: &SyncCounters,
+) {
+    let _close = CloseOnExit(queue);
+    let mut failure: Option<(io::ErrorKind, String)> = None;
+    while let Some(waiters) = queue.take_all() {
+        if failure.is_none() {
+            if let Err(err) = sync(db, db_file, counters) {
+                tracing::error!(error = %err, waiters = waiters.len(), "log sync failed");
+                failure = Some((err.kind(), err.to_string()));
+            }
+        }
+        complete(waiters, failure.as_ref(), counters);
+    }
+}
+
+/// Marks the queue closed when the thread exits, and fails whatever is still queued. It runs
+/// during unwinding too, so a panicking flusher cannot leave `save_vote` waiting forever.
+struct CloseOnExit<'a, C: RaftTypeConfig>(&'a Queue<C>);
+
+impl<C: RaftTypeConfig> Drop for CloseOnExit<'_, C> {
+    fn drop(&mut self) {
+        let orphans = {
+            let mut state = self.0.lock();
+            state.closed = true;
+            std::mem::take(&mut state.waiters)
+        };
+        for waiter in orphans {
+            waiter.callback.io_completed(Err(closed_error()));
+        }
+    }
+}
+
+fn closed_error() -> io::Error {
+    io::Error::new(io::ErrorKind::BrokenPipe, "log flusher thread has stopped")
+}
+
+/// One group commit: sled writes its buffers to `<dir>/db` (with `sync_file_range`, which is not
+/// durable), then `fdatasync` makes the file's data and size durable.
+fn sync(db: &sled::Db, db_file: &File, counters: &SyncCounters) -> io::Result<()> {
+    db.flush().map_err(io::Error::from)?;
+    let synced = db_file.sync_data();
+    SyncCounters::add(&counters.fdatasyncs, 1);
+    synced
+}
+
+/// Completes waiters in queue order. Counters move before the callback fires, so whoever
+/// observes a callback also observes its count.
+fn complete<C: RaftTypeConfig>(
+    waiters: Vec<Waiter<C>>,
+    failure: Option<&(io::ErrorKind, String)>,
+    counters: &SyncCounters,
+) {
+    for waiter in waiters {
+        let result = match failure {
+            None => {
+                if waiter.kind == WaitKind::Append {
+                    SyncCounters::add(&counters.acked_batches, 1);
+                }
+                Ok(())
+            }
+            Some((kind, reason)) => Err(io::Error::new(
+                *kind,
+                format!("log store sync failed: {reason}"),
+            )),
+        };
+        waiter.callback.io_completed(result);
+    }
+}

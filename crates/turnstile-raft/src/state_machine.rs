@@ -1,0 +1,227 @@
+//! The openraft state machine adapter around `turnstile_core::State`.
+//!
+//! The state lives in memory behind a `std::sync::RwLock` (held only for short, non-async
+//! critical sections; never across an await). Durability comes from the log: on restart the
+//! newest snapshot file is loaded and openraft re-applies committed entries after it.
+//! `applied_state` therefore reports only what the snapshot file holds plus what has been
+//! re-applied from the durable log.
+
+use std::io::{self, Cursor};
+use std::path::Path;
+use std::sync::{Arc, RwLock, RwLockReadGuard};
+
+use futures::{Stream, TryStreamExt};
+use openraft::storage::{EntryResponder, RaftStateMachine};
+use openraft::{EntryPayload, RaftSnapshotBuilder};
+use turnstile_core::{codec, Outcome, Response, State};
+
+use crate::snapshot_files::{SnapshotDir, SnapshotFile, SNAPSHOT_FORMAT_VERSION};
+use crate::types::{
+    term_of, LogId, Snapshot, SnapshotData, SnapshotMeta, StoredMembership, TypeConfig,
+};
+
+/// What the adapter keeps besides the core state.
+#[derive(Debug, Default)]
+pub struct SmInner {
+    pub state: State,
+    pub last_applied: Option<LogId>,
+    pub last_membership: StoredMembership,
+}
+
+/// A read handle to the applied state, shared with the HTTP layer.
+#[derive(Debug, Clone, Default)]
+pub struct SharedState {
+    inner: Arc<RwLock<SmInner>>,
+}
+
+impl SharedState {
+    /// Read access. A poisoned lock means an apply panicked mid-update; the state can no
+    /// longer be trusted, so readers get the poison's inner value only to report it.
+    pub fn read(&self) -> RwLockReadGuard<'_, SmInner> {
+        self.inner.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, SmInner> {
+        self.inner.write().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// openraft's state machine for Turnstile.
+pub struct StateMachineStore {
+    shared: SharedState,
+    snapshots: SnapshotDir,
+    /// Run `State::check_invariants` after every apply (tests turn this on).
+    check_invariants: bool,
+}
+
+impl StateMachineStore {
+    /// Opens the snapshot directory and loads the newest snapshot, if any.
+    pub fn open(snapshot_dir: &Path, check_invariants: bool) -> io::Result<StateMachineStore> {
+        let snapshots = SnapshotDir::open(snapshot_dir)?;
+        let shared = SharedState::default();
+        if let Some(bytes) = snapshots.read_newest()? {
+            let file = SnapshotFile::decode(&bytes)?;
+            let state = codec::decode_state(&file.state)
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+            let mut inner = shared.write();
+            inner.state = state;
+            inner.last_applied = file.last_log_id;
+            inner.last_membership = file.last_membership;
+        }
+        Ok(StateMachineStore {
+            shared,
+            snapshots,
+            check_invariants,
+        })
+    }
+
+    /// The handle the HTTP layer reads through.
+    pub fn shared(&self) -> SharedState {
+        self.shared.clone()
+    }
+
+    fn apply_one(&self, entry: openraft::alias::EntryOf<TypeConfig>) -> io::Result<Response> {
+        let log_id = entry.log_id;
+        let index = log_id.index;
+        let term = term_of(&log_id);
+        let mut inner = self.shared.write();
+        let response = match entry.payload {
+            EntryPayload::Normal(env) => inner.state.apply(index, term, &env),
+            EntryPayload::Blank => {
+                inner.state.apply_blank(index);
+                applied(index, term)
+            }
+            EntryPayload::Membership(m) => {
+                inner.state.apply_blank(index);
+                inner.last_membership = StoredMembership::new(Some(log_id), m);
+                applied(index, term)
+            }
+        };
+        inner.last_applied = Some(log_id);
+        if self.check_invariants {
+            inner.state.check_invariants().map_err(|e| {
+                tracing::error!(index, error = %e, "state machine invariant violated");
+                io::Error::other(e)
+            })?;
+        }
+        Ok(response)
+    }
+}
+
+fn applied(revision: u64, term: u64) -> Response {
+    Response {
+        revision,
+        term,
+        replayed: false,
+        outcome: Ok(Outcome::Applied),
+    }
+}
+
+impl RaftStateMachine<TypeConfig> for StateMachineStore {
+    type SnapshotData = SnapshotData;
+    type SnapshotBuilder = SnapshotBuilder;
+
+    async fn applied_state(&mut self) -> io::Result<(Option<LogId>, StoredMembership)> {
+        let inner = self.shared.read();
+        Ok((inner.last_applied, inner.last_membership.clone()))
+    }
+
+    async fn apply<S>(&mut self, mut entries: S) -> io::Result<()>
+    where
+        S: Stream<Item = io::Result<EntryResponder<TypeConfig>>> + Unpin + openraft::OptionalSend,
+    {
+        while let Some((entry, responder)) = entries.try_next().await? {
+            let response = self.apply_one(entry)?;
+            if let Some(responder) = responder {
+                responder.send(response);
+            }
+        }
+        Ok(())
+    }
+
+    async fn get_snapshot_builder(&mut self) -> SnapshotBuilder {
+        SnapshotBuilder {
+            shared: self.shared.clone(),
+            snapshots: self.snapshots.clone(),
+        }
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta,
+        snapshot: SnapshotData,
+    ) -> io::Result<()> {
+        let bytes = snapshot.into_inner();
+        let file = SnapshotFile::decode(&bytes)?;
+        let state = codec::decode_state(&file.state)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+        let index = meta.last_log_id.as_ref().map_or(0, |l| l.index);
+        let dir = self.snapshots.clone();
+        tokio::task::spawn_blocking(move || dir.write(index, &bytes))
+            .await
+            .map_err(io::Error::other)??;
+        let mut inner = self.shared.write();
+        inner.state = state;
+        inner.last_applied = meta.last_log_id;
+        inner.last_membership = meta.last_membership.clone();
+        Ok(())
+    }
+
+    async fn get_current_snapshot(&mut self) -> io::Result<Option<Snapshot>> {
+        let Some(bytes) = self.snapshots.read_newest()? else {
+            return Ok(None);
+        };
+        let file = SnapshotFile::decode(&bytes)?;
+        let meta = SnapshotMeta {
+            last_log_id: file.last_log_id,
+            last_membership: file.last_membership,
+        };
+        Ok(Some(Snapshot {
+            meta,
+            snapshot: Cursor::new(bytes),
+        }))
+    }
+}
+
+/// Builds a snapshot from a copy of the state taken under a short read lock.
+pub struct SnapshotBuilder {
+    shared: SharedState,
+    snapshots: SnapshotDir,
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
+    type SnapshotData = SnapshotData;
+
+    async fn build_snapshot(&mut self) -> io::Result<Snapshot> {
+        let (state, last_log_id, last_membership) = {
+            let inner = self.shared.read();
+            (
+                inner.state.clone(),
+                inner.last_applied,
+                inner.last_membership.clone(),
+            )
+        };
+        let file = SnapshotFile {
+            format: SNAPSHOT_FORMAT_VERSION,
+            last_log_id,
+            last_membership: last_membership.clone(),
+            state: codec::encode_state(&state).map_err(io::Error::other)?,
+        };
+        let bytes = file.encode()?;
+        let index = last_log_id.as_ref().map_or(0, |l| l.index);
+        let dir = self.snapshots.clone();
+        let written = bytes.clone();
+        tokio::task::spawn_blocking(move || dir.write(index, &written))
+            .await
+            .map_err(io::Error::other)??;
+        tracing::info!(index, bytes = bytes.len(), "snapshot written");
+        let meta = SnapshotMeta {
+            last_log_id,
+            last_membership,
+        };
+        Ok(Snapshot {
+            meta,
+            snapshot: Cursor::new(bytes),
+        })
+    }
+}

@@ -1,0 +1,83 @@
+//! `/v1/cluster` (this node's view, not a linearizable read), `/healthz` and `/readyz`.
+
+use openraft::async_runtime::WatchReceiver;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::Json;
+use serde_json::{json, Value};
+use turnstile_core::codec;
+
+use crate::app::App;
+use crate::identity::Phase;
+
+pub async fn cluster(State(app): State<Arc<App>>) -> Json<Value> {
+    let m = app.raft.metrics().borrow_watched().clone();
+    let members: Vec<Value> = m
+        .membership_config
+        .membership()
+        .nodes()
+        .map(|(id, node)| {
+            let voter = m
+                .membership_config
+                .membership()
+                .voter_ids()
+                .any(|v| v == *id);
+            json!({"id": id, "addr": node.addr, "voter": voter})
+        })
+        .collect();
+    // Digest and applied index are read under one lock, so they describe the same state.
+    let (cluster_id, applied_index, state_digest, sm_time_ms) = {
+        let inner = app.sm.read();
+        let s = &inner.state;
+        (
+            s.cluster_id.clone(),
+            s.applied_index,
+            codec::state_digest(s),
+            s.sm_time_ms,
+        )
+    };
+    let log = app.log_sync_stats();
+    Json(json!({
+        "cluster_id": cluster_id,
+        "node_id": app.node_id(),
+        "leader_id": m.current_leader,
+        "state": format!("{:?}", m.state),
+        "term": m.current_term,
+        "commit_index": m.cluster_committed.map(|l| l.index),
+        "applied_index": applied_index,
+        "state_digest": state_digest,
+        "sm_time_ms": sm_time_ms,
+        "phase": app.phase(),
+        "members": members,
+        "last_snapshot_index": m.snapshot.map(|l| l.index),
+        "log": {
+            "append_batches": log.append_batches,
+            "entries_appended": log.entries_appended,
+            "fdatasyncs": log.fdatasyncs,
+            "acked_batches": log.acked_batches,
+        },
+        "fenced_rejections": app.stats.fenced_rejections.load(Ordering::Relaxed),
+    }))
+}
+
+pub async fn healthz() -> Json<Value> {
+    Json(json!({"ok": true}))
+}
+
+/// Ready when this node is a member and knows a leader.
+pub async fn readyz(State(app): State<Arc<App>>) -> (StatusCode, Json<Value>) {
+    let leader = app.current_leader();
+    let ready = app.phase() == Phase::Member && leader.is_some();
+    let status = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (
+        status,
+        Json(json!({"ready": ready, "phase": app.phase(), "leader_id": leader})),
+    )
+}

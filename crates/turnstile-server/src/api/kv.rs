@@ -1,0 +1,129 @@
+//! `/v1/kv/{key}`: linearizable get, put and delete with `if` conditions and `fence` guards.
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::Json;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use turnstile_core::{Command, Condition, Fence, Outcome};
+
+use crate::api::extract::{Body, Param};
+use crate::api::validate;
+use crate::app::App;
+use crate::error::ApiError;
+use crate::proto::{ReadAnswer, ReadQuery};
+
+/// `if`: exactly one of `absent`, `mod_revision`, `value`.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct IfBody {
+    absent: Option<bool>,
+    mod_revision: Option<u64>,
+    value: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FenceBody {
+    lock: String,
+    token: u64,
+}
+
+fn condition(c: Option<IfBody>) -> Result<Option<Condition>, ApiError> {
+    let Some(c) = c else { return Ok(None) };
+    match (c.absent, c.mod_revision, c.value) {
+        (Some(true), None, None) => Ok(Some(Condition::Absent)),
+        (None, Some(r), None) => Ok(Some(Condition::ModRevision(r))),
+        (None, None, Some(v)) => {
+            validate::value(&v)?;
+            Ok(Some(Condition::Value(v)))
+        }
+        _ => Err(ApiError::BadRequest(
+            "`if` must be exactly one of {absent: true}, {mod_revision: n}, {value: s}".into(),
+        )),
+    }
+}
+
+fn fence(f: Option<FenceBody>) -> Result<Option<Fence>, ApiError> {
+    let Some(f) = f else { return Ok(None) };
+    validate::lock_name(&f.lock)?;
+    validate::positive_id("fence token", f.token)?;
+    Ok(Some(Fence {
+        lock: f.lock,
+        token: f.token,
+    }))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PutBody {
+    value: String,
+    lease_id: Option<u64>,
+    #[serde(rename = "if")]
+    condition: Option<IfBody>,
+    fence: Option<FenceBody>,
+    request_id: Option<String>,
+}
+
+pub async fn put(
+    State(app): State<Arc<App>>,
+    Param(key): Param<String>,
+    Body(b): Body<PutBody>,
+) -> Result<Json<Value>, ApiError> {
+    validate::key(&key)?;
+    validate::value(&b.value)?;
+    validate::request_id(b.request_id.as_deref())?;
+    if let Some(id) = b.lease_id {
+        validate::positive_id("lease_id", id)?;
+    }
+    let command = Command::KvPut {
+        key,
+        value: b.value,
+        lease_id: b.lease_id,
+        condition: condition(b.condition)?,
+        fence: fence(b.fence)?,
+    };
+    let w = app.write(b.request_id, command).await?;
+    Ok(Json(json!({"revision": w.revision})))
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct DeleteBody {
+    #[serde(rename = "if")]
+    condition: Option<IfBody>,
+    fence: Option<FenceBody>,
+    request_id: Option<String>,
+}
+
+pub async fn delete(
+    State(app): State<Arc<App>>,
+    Param(key): Param<String>,
+    Body(b): Body<DeleteBody>,
+) -> Result<Json<Value>, ApiError> {
+    validate::key(&key)?;
+    validate::request_id(b.request_id.as_deref())?;
+    let command = Command::KvDelete {
+        key,
+        condition: condition(b.condition)?,
+        fence: fence(b.fence)?,
+    };
+    let w = app.write(b.request_id, command).await?;
+    let deleted = matches!(w.outcome, Outcome::KvDeleted { existed: true, .. });
+    Ok(Json(json!({"revision": w.revision, "deleted": deleted})))
+}
+
+pub async fn get(
+    State(app): State<Arc<App>>,
+    Param(key): Param<String>,
+) -> Result<Json<Value>, ApiError> {
+    validate::key(&key)?;
+    match app.read(ReadQuery::Key { key: key.clone() }).await? {
+        ReadAnswer::Key(Some(view)) => Ok(Json(serde_json::to_value(view).unwrap_or_default())),
+        ReadAnswer::Key(None) => Err(ApiError::KeyNotFound {
+            what: format!("key {key:?}"),
+        }),
+        _ => Err(ApiError::NotFound("unexpected read answer".into())),
+    }
+}

@@ -1,0 +1,78 @@
+//! `/v1/members`: list, add as learner (waits for catch-up), promote to voter (admits the
+//! node so it may vote), remove. Changes run on the leader.
+
+use openraft::async_runtime::WatchReceiver;
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::Json;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::api::extract::{Body, Param};
+use crate::api::validate;
+use crate::app::App;
+use crate::error::ApiError;
+use crate::proto::{MemberOp, MEMBER_PATH};
+
+pub async fn list(State(app): State<Arc<App>>) -> Json<Value> {
+    let m = app.raft.metrics().borrow_watched().clone();
+    let membership = m.membership_config.membership();
+    let members: Vec<Value> = membership
+        .nodes()
+        .map(|(id, node)| json!({"id": id, "addr": node.addr, "voter": membership.voter_ids().any(|v| v == *id)}))
+        .collect();
+    Json(json!({"leader_id": m.current_leader, "members": members}))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AddBody {
+    id: u64,
+    addr: String,
+}
+
+async fn run(app: Arc<App>, op: MemberOp) -> Result<Json<Value>, ApiError> {
+    // Adding a learner waits for it to catch up; give it more than a client write.
+    let timeout_ms = app.cfg.request_timeout_ms * 6;
+    let result: Result<(), String> = app
+        .on_leader(MEMBER_PATH, &op, timeout_ms, || app.member_local(&op))
+        .await?;
+    result.map_err(ApiError::MemberRefused)?;
+    Ok(list(State(app)).await)
+}
+
+pub async fn add(
+    State(app): State<Arc<App>>,
+    Body(b): Body<AddBody>,
+) -> Result<Json<Value>, ApiError> {
+    validate::positive_id("id", b.id)?;
+    let addr: std::net::SocketAddr = b
+        .addr
+        .parse()
+        .map_err(|_| ApiError::BadRequest("addr must be ip:port".into()))?;
+    run(
+        app,
+        MemberOp::AddLearner {
+            node_id: b.id,
+            addr: addr.to_string(),
+        },
+    )
+    .await
+}
+
+pub async fn promote(
+    State(app): State<Arc<App>>,
+    Param(id): Param<u64>,
+) -> Result<Json<Value>, ApiError> {
+    validate::positive_id("id", id)?;
+    run(app, MemberOp::Promote { node_id: id }).await
+}
+
+pub async fn remove(
+    State(app): State<Arc<App>>,
+    Param(id): Param<u64>,
+) -> Result<Json<Value>, ApiError> {
+    validate::positive_id("id", id)?;
+    run(app, MemberOp::Remove { node_id: id }).await
+}

@@ -1,0 +1,84 @@
+//! The client HTTP API (`/v1/...`, `/healthz`, `/readyz`). Handlers are thin: parse and
+//! validate ([`extract`], [`validate`]), route to the leader (`App::write` / `App::read`), and
+//! shape the JSON answer. Errors go through `crate::error::ApiError` only.
+
+use std::sync::Arc;
+
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+
+use crate::app::App;
+use crate::error::ApiError;
+use crate::identity::Phase;
+
+pub mod cluster;
+pub mod counters;
+pub mod debug;
+pub mod extract;
+pub mod kv;
+pub mod leases;
+pub mod locks;
+pub mod members;
+pub mod ops;
+pub mod validate;
+
+/// Largest request body accepted, in bytes. Above the largest valid request (a 64 KiB value,
+/// JSON-escaped) and far below sled's blob threshold for the resulting log entry.
+pub const BODY_BYTES_MAX: usize = 256 * 1024;
+
+/// The client API router.
+pub fn router(app: Arc<App>) -> Router {
+    let v1 = Router::new()
+        .route("/v1/leases", post(leases::grant))
+        .route("/v1/leases/{id}", get(leases::get).delete(leases::revoke))
+        .route("/v1/leases/{id}/keepalive", post(leases::keepalive))
+        .route("/v1/locks/acquire-many", post(locks::acquire_many))
+        .route("/v1/locks/{name}", get(locks::get))
+        .route("/v1/locks/{name}/acquire", post(locks::acquire))
+        .route("/v1/locks/{name}/release", post(locks::release))
+        .route("/v1/fence/check", post(locks::fence_check))
+        .route(
+            "/v1/kv/{*key}",
+            get(kv::get).put(kv::put).delete(kv::delete),
+        )
+        .route("/v1/counters/{name}", get(counters::get))
+        .route("/v1/counters/{name}/incr", post(counters::incr))
+        .layer(middleware::from_fn_with_state(app.clone(), serving_gate));
+    Router::new()
+        .merge(v1)
+        .route("/v1/cluster", get(cluster::cluster))
+        .route("/v1/members", get(members::list).post(members::add))
+        .route("/v1/members/{id}", axum::routing::delete(members::remove))
+        .route("/v1/members/{id}/promote", post(members::promote))
+        .route("/healthz", get(cluster::healthz))
+        .route("/readyz", get(cluster::readyz))
+        .route("/debug/clock", post(debug::set_clock))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(DefaultBodyLimit::max(BODY_BYTES_MAX))
+        .with_state(app)
+}
+
+/// Only a node that formed or (re)joined the cluster serves clients. An empty node of an
+/// existing cluster has nothing trustworthy to say.
+async fn serving_gate(State(app): State<Arc<App>>, req: Request, next: Next) -> Response {
+    match app.phase() {
+        Phase::Member | Phase::Forming => next.run(req).await,
+        phase => ApiError::NotMember(format!(
+            "node {} is {phase:?}: not (re)admitted to the cluster",
+            app.node_id()
+        ))
+        .into_response(),
+    }
+}
+
+async fn not_found() -> ApiError {
+    ApiError::NotFound("no such route".into())
+}
+
+async fn method_not_allowed() -> ApiError {
+    ApiError::MethodNotAllowed
+}

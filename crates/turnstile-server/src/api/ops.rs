@@ -1,0 +1,82 @@
+//! The two operations every handler is built from: a routed write that must produce a
+//! successful `Outcome`, and a routed linearizable read.
+
+use turnstile_core::{ApplyError, Command, Outcome};
+
+use crate::app::App;
+use crate::error::ApiError;
+use crate::proto::{ProposeRequest, Proposed, ReadAnswer, ReadQuery, PROPOSE_PATH, READ_PATH};
+
+/// A committed, successful write.
+pub struct Written {
+    pub outcome: Outcome,
+    pub revision: u64,
+    pub term: u64,
+    pub cluster_id: Option<String>,
+}
+
+impl App {
+    /// Routes a write to the leader and turns a refusal into an `ApiError`.
+    pub async fn write(
+        &self,
+        request_id: Option<String>,
+        command: Command,
+    ) -> Result<Written, ApiError> {
+        let req = ProposeRequest {
+            request_id,
+            command,
+            timeout_ms: self.cfg.request_timeout_ms,
+        };
+        let Proposed {
+            response,
+            cluster_id,
+        } = self
+            .on_leader(PROPOSE_PATH, &req, req.timeout_ms, || {
+                self.propose_local(&req)
+            })
+            .await?;
+        match response.outcome {
+            Ok(outcome) => Ok(Written {
+                outcome,
+                revision: response.revision,
+                term: response.term,
+                cluster_id,
+            }),
+            Err(e) => {
+                if let ApplyError::Fenced {
+                    lock,
+                    token,
+                    current_token,
+                } = &e
+                {
+                    tracing::warn!(lock = %lock, token, ?current_token, "fenced write rejected");
+                    self.stats
+                        .fenced_rejections
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+                Err(ApiError::Apply(e))
+            }
+        }
+    }
+
+    /// Routes a linearizable read to the leader.
+    pub async fn read(&self, query: ReadQuery) -> Result<ReadAnswer, ApiError> {
+        let timeout_ms = self.cfg.request_timeout_ms;
+        let answer = self
+            .on_leader(READ_PATH, &query, timeout_ms, || self.read_local(&query))
+            .await;
+        // A read that failed mid-flight changed nothing: report it as no answer, not unknown.
+        answer.map_err(|e| match e {
+            crate::proto::RouteError::Indeterminate => crate::proto::RouteError::NoQuorum.into(),
+            e => e.into(),
+        })
+    }
+}
+
+/// Unexpected outcome for the command sent: a bug, reported without panicking.
+pub fn unexpected(outcome: &Outcome) -> ApiError {
+    tracing::error!(?outcome, "unexpected outcome");
+    ApiError::Apply(ApplyError::Invalid {
+        reason: "unexpected outcome".into(),
+    })
+}

@@ -1,0 +1,135 @@
+//! `App`: everything a handler needs, shared by the client API, the peer API and the
+//! background drivers. Also owns the node's join phase (who may vote and serve).
+
+use openraft::async_runtime::WatchReceiver;
+use std::sync::RwLock;
+
+use openraft::ServerState;
+use turnstile_raft::log_store::SyncStats;
+use turnstile_raft::network::PeerClient;
+use turnstile_raft::state_machine::SharedState;
+use turnstile_raft::types::Raft;
+
+use crate::clock::{LeaderClock, WallClock};
+use crate::config::NodeConfig;
+use crate::identity::{self, Identity, IdentityError, Phase};
+
+/// Shared node context.
+pub struct App {
+    pub cfg: NodeConfig,
+    pub raft: Raft,
+    pub sm: SharedState,
+    pub peers: PeerClient,
+    pub clock: LeaderClock,
+    pub wall: WallClock,
+    pub(crate) log_stats: Box<dyn Fn() -> SyncStats + Send + Sync>,
+    pub stats: ApiStats,
+    phase: RwLock<Phase>,
+}
+
+/// Counters of API events that are not Raft's (until the metrics endpoint lands).
+#[derive(Debug, Default)]
+pub struct ApiStats {
+    /// Fenced writes refused because their token was not the lock's current grant.
+    pub fenced_rejections: std::sync::atomic::AtomicU64,
+}
+
+impl App {
+    pub(crate) fn new(
+        cfg: NodeConfig,
+        raft: Raft,
+        sm: SharedState,
+        peers: PeerClient,
+        phase: Phase,
+        log_stats: Box<dyn Fn() -> SyncStats + Send + Sync>,
+    ) -> App {
+        let app = App {
+            cfg,
+            raft,
+            sm,
+            peers,
+            clock: LeaderClock::default(),
+            wall: WallClock::default(),
+            log_stats,
+            stats: ApiStats::default(),
+            phase: RwLock::new(phase),
+        };
+        app.raft.runtime_config().elect(phase.may_vote());
+        app
+    }
+
+    pub fn node_id(&self) -> u64 {
+        self.cfg.id
+    }
+
+    pub fn phase(&self) -> Phase {
+        *self.phase.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Moves to `phase`, persisting it first: a node must never vote after a restart on the
+    /// strength of a phase it had not yet written down.
+    pub fn set_phase(&self, phase: Phase) -> Result<(), IdentityError> {
+        let cluster_id = self.peers.identity().cluster_id();
+        identity::store(
+            &self.cfg.data_dir,
+            &Identity {
+                node_id: self.cfg.id,
+                cluster_id,
+                phase,
+            },
+        )?;
+        *self.phase.write().unwrap_or_else(|p| p.into_inner()) = phase;
+        self.raft.runtime_config().elect(phase.may_vote());
+        tracing::info!(?phase, "node phase changed");
+        Ok(())
+    }
+
+    /// Records the replicated cluster id in the identity file once it is known.
+    pub(crate) fn learn_cluster_id(&self, cluster_id: &str) -> Result<(), IdentityError> {
+        let cell = &self.peers.identity().cluster_id;
+        if cell.read().ok().and_then(|c| c.clone()).as_deref() == Some(cluster_id) {
+            return Ok(());
+        }
+        if let Ok(mut c) = cell.write() {
+            *c = Some(cluster_id.to_string());
+        }
+        let identity = Identity {
+            node_id: self.cfg.id,
+            cluster_id: Some(cluster_id.to_string()),
+            phase: self.phase(),
+        };
+        identity::store(&self.cfg.data_dir, &identity)?;
+        tracing::info!(cluster_id, "cluster id recorded");
+        Ok(())
+    }
+
+    /// The peer address of `node_id` according to the current membership.
+    pub fn node_addr(&self, node_id: u64) -> Option<String> {
+        let m = self.raft.metrics();
+        let m = m.borrow_watched();
+        m.membership_config
+            .membership()
+            .get_node(&node_id)
+            .map(|n| n.addr.clone())
+    }
+
+    /// The leader this node currently knows, if any.
+    pub fn current_leader(&self) -> Option<u64> {
+        self.raft.metrics().borrow_watched().current_leader
+    }
+
+    /// True if this node believes it is the leader.
+    pub fn is_leader(&self) -> bool {
+        self.raft.metrics().borrow_watched().state == ServerState::Leader
+    }
+
+    /// The current term.
+    pub fn term(&self) -> u64 {
+        self.raft.metrics().borrow_watched().current_term
+    }
+
+    /// Fsync counters of the log store.
+    pub fn log_sync_stats(&self) -> SyncStats {
+        (self.log_stats)()
+    }
+}

@@ -1,0 +1,328 @@
+//! Node configuration: one clap `ServeArgs` (flags, each also read from `TURNSTILE_<FLAG>`),
+//! an optional TOML file with the same keys, and built-in defaults, in that order of
+//! precedence. `ServeArgs::resolve` validates the result into a typed [`NodeConfig`].
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use clap::{Args, ValueEnum};
+use serde::Deserialize;
+
+/// Default heartbeat interval.
+pub const HEARTBEAT_MS_DEFAULT: u64 = 100;
+/// Default election timeout range.
+pub const ELECTION_TIMEOUT_MS_MIN_DEFAULT: u64 = 500;
+pub const ELECTION_TIMEOUT_MS_MAX_DEFAULT: u64 = 1_000;
+/// Default interval of leader tick entries while anything depends on time.
+pub const TICK_MS_DEFAULT: u64 = 500;
+/// Default deadline of one client request at the server.
+pub const REQUEST_TIMEOUT_MS_DEFAULT: u64 = 5_000;
+/// Default number of log entries between snapshots.
+pub const SNAPSHOT_LOGS_DEFAULT: u64 = 10_000;
+/// Shortest accepted cluster secret.
+pub const CLUSTER_SECRET_BYTES_MIN: usize = 8;
+
+/// Whether an empty node may form a new cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum InitialClusterState {
+    /// Form the cluster in `--initial-cluster` if no peer already belongs to one.
+    #[default]
+    New,
+    /// Never bootstrap; an empty node waits to be added through a membership change.
+    Existing,
+}
+
+/// `turnstile serve` flags. Every flag also reads `TURNSTILE_<FLAG>`.
+#[derive(Debug, Clone, Args, Default)]
+pub struct ServeArgs {
+    /// This node's id (a positive integer, unique in the cluster).
+    #[arg(long, env = "TURNSTILE_ID")]
+    pub id: Option<u64>,
+    /// Address serving both the client API (/v1) and peer RPC (/raft).
+    #[arg(long, env = "TURNSTILE_LISTEN")]
+    pub listen: Option<SocketAddr>,
+    /// Directory for the Raft log, snapshots and the node's identity.
+    #[arg(long, env = "TURNSTILE_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// Every initial member as `id=ip:port`, comma separated (this node included).
+    #[arg(long, env = "TURNSTILE_INITIAL_CLUSTER")]
+    pub initial_cluster: Option<String>,
+    /// Shared secret every peer RPC must carry.
+    #[arg(long, env = "TURNSTILE_CLUSTER_SECRET")]
+    pub cluster_secret: Option<String>,
+    /// `new` (default) or `existing`.
+    #[arg(long, env = "TURNSTILE_INITIAL_CLUSTER_STATE", value_enum)]
+    pub initial_cluster_state: Option<InitialClusterState>,
+    /// Optional TOML file with any of these settings (flags and env win).
+    #[arg(long, env = "TURNSTILE_CONFIG")]
+    pub config: Option<PathBuf>,
+    #[arg(long, env = "TURNSTILE_HEARTBEAT_MS")]
+    pub heartbeat_ms: Option<u64>,
+    #[arg(long, env = "TURNSTILE_ELECTION_TIMEOUT_MS_MIN")]
+    pub election_timeout_ms_min: Option<u64>,
+    #[arg(long, env = "TURNSTILE_ELECTION_TIMEOUT_MS_MAX")]
+    pub election_timeout_ms_max: Option<u64>,
+    #[arg(long, env = "TURNSTILE_TICK_MS")]
+    pub tick_ms: Option<u64>,
+    #[arg(long, env = "TURNSTILE_REQUEST_TIMEOUT_MS")]
+    pub request_timeout_ms: Option<u64>,
+    #[arg(long, env = "TURNSTILE_SNAPSHOT_LOGS")]
+    pub snapshot_logs: Option<u64>,
+    /// Test-only hooks (wall-clock offset). Never enable in production.
+    #[arg(long, env = "TURNSTILE_ENABLE_TEST_HOOKS", hide = true)]
+    pub enable_test_hooks: bool,
+    /// Check state machine invariants after every apply (slow; for tests).
+    #[arg(long, env = "TURNSTILE_CHECK_INVARIANTS", hide = true)]
+    pub check_invariants: bool,
+}
+
+/// The same settings read from a TOML file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    id: Option<u64>,
+    listen: Option<SocketAddr>,
+    data_dir: Option<PathBuf>,
+    initial_cluster: Option<String>,
+    cluster_secret: Option<String>,
+    initial_cluster_state: Option<InitialClusterState>,
+    heartbeat_ms: Option<u64>,
+    election_timeout_ms_min: Option<u64>,
+    election_timeout_ms_max: Option<u64>,
+    tick_ms: Option<u64>,
+    request_timeout_ms: Option<u64>,
+    snapshot_logs: Option<u64>,
+}
+
+/// A validated node configuration.
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    pub id: u64,
+    pub listen: SocketAddr,
+    pub data_dir: PathBuf,
+    pub initial_cluster: BTreeMap<u64, SocketAddr>,
+    pub cluster_secret: String,
+    pub initial_cluster_state: InitialClusterState,
+    pub heartbeat_ms: u64,
+    pub election_timeout_ms_min: u64,
+    pub election_timeout_ms_max: u64,
+    pub tick_ms: u64,
+    pub request_timeout_ms: u64,
+    pub snapshot_logs: u64,
+    pub enable_test_hooks: bool,
+    pub check_invariants: bool,
+}
+
+/// Why a configuration was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("missing required setting `{0}`")]
+    Missing(&'static str),
+    #[error("cannot read config file {path}: {source}")]
+    ReadFile {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("config file {path}: {source}")]
+    ParseFile {
+        path: PathBuf,
+        source: toml::de::Error,
+    },
+    #[error("bad --initial-cluster entry `{entry}`: expected id=ip:port")]
+    InitialClusterEntry { entry: String },
+    #[error("--initial-cluster does not list this node's id {id}")]
+    SelfNotInInitialCluster { id: u64 },
+    #[error("invalid setting: {0}")]
+    Invalid(String),
+}
+
+impl ServeArgs {
+    /// Merges flags/env over the config file over defaults, and validates.
+    pub fn resolve(self) -> Result<NodeConfig, ConfigError> {
+        let file = match &self.config {
+            Some(path) => read_file(path)?,
+            None => FileConfig::default(),
+        };
+        let initial = self
+            .initial_cluster
+            .or(file.initial_cluster)
+            .ok_or(ConfigError::Missing("initial-cluster"))?;
+        let cfg = NodeConfig {
+            id: self.id.or(file.id).ok_or(ConfigError::Missing("id"))?,
+            listen: self
+                .listen
+                .or(file.listen)
+                .ok_or(ConfigError::Missing("listen"))?,
+            data_dir: self
+                .data_dir
+                .or(file.data_dir)
+                .ok_or(ConfigError::Missing("data-dir"))?,
+            initial_cluster: parse_initial_cluster(&initial)?,
+            cluster_secret: self
+                .cluster_secret
+                .or(file.cluster_secret)
+                .ok_or(ConfigError::Missing("cluster-secret"))?,
+            initial_cluster_state: self
+                .initial_cluster_state
+                .or(file.initial_cluster_state)
+                .unwrap_or_default(),
+            heartbeat_ms: self
+                .heartbeat_ms
+                .or(file.heartbeat_ms)
+                .unwrap_or(HEARTBEAT_MS_DEFAULT),
+            election_timeout_ms_min: self
+                .election_timeout_ms_min
+                .or(file.election_timeout_ms_min)
+                .unwrap_or(ELECTION_TIMEOUT_MS_MIN_DEFAULT),
+            election_timeout_ms_max: self
+                .election_timeout_ms_max
+                .or(file.election_timeout_ms_max)
+                .unwrap_or(ELECTION_TIMEOUT_MS_MAX_DEFAULT),
+            tick_ms: self.tick_ms.or(file.tick_ms).unwrap_or(TICK_MS_DEFAULT),
+            request_timeout_ms: self
+                .request_timeout_ms
+                .or(file.request_timeout_ms)
+                .unwrap_or(REQUEST_TIMEOUT_MS_DEFAULT),
+            snapshot_logs: self
+                .snapshot_logs
+                .or(file.snapshot_logs)
+                .unwrap_or(SNAPSHOT_LOGS_DEFAULT),
+            enable_test_hooks: self.enable_test_hooks,
+            check_invariants: self.check_invariants,
+        };
+        cfg.validate()?;
+        Ok(cfg)
+    }
+}
+
+fn read_file(path: &Path) -> Result<FileConfig, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::ReadFile {
+        path: path.into(),
+        source,
+    })?;
+    toml::from_str(&text).map_err(|source| ConfigError::ParseFile {
+        path: path.into(),
+        source,
+    })
+}
+
+/// Parses `1=127.0.0.1:7001,2=127.0.0.1:7002`.
+pub fn parse_initial_cluster(s: &str) -> Result<BTreeMap<u64, SocketAddr>, ConfigError> {
+    let mut out = BTreeMap::new();
+    for entry in s.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        let bad = || ConfigError::InitialClusterEntry {
+            entry: entry.to_string(),
+        };
+        let (id, addr) = entry.split_once('=').ok_or_else(bad)?;
+        let id: u64 = id.trim().parse().map_err(|_| bad())?;
+        let addr: SocketAddr = addr.trim().parse().map_err(|_| bad())?;
+        if id == 0 || out.insert(id, addr).is_some() {
+            return Err(bad());
+        }
+    }
+    Ok(out)
+}
+
+/// Formats an initial-cluster map back into its flag form.
+pub fn format_initial_cluster(members: &BTreeMap<u64, SocketAddr>) -> String {
+    members
+        .iter()
+        .map(|(id, addr)| format!("{id}={addr}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+impl NodeConfig {
+    /// Checks the settings against each other.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |m: String| Err(ConfigError::Invalid(m));
+        if self.id == 0 {
+            return invalid("id must be positive".into());
+        }
+        if !self.initial_cluster.contains_key(&self.id) {
+            return Err(ConfigError::SelfNotInInitialCluster { id: self.id });
+        }
+        if self.cluster_secret.len() < CLUSTER_SECRET_BYTES_MIN {
+            return invalid(format!(
+                "cluster-secret must be at least {CLUSTER_SECRET_BYTES_MIN} bytes"
+            ));
+        }
+        if self.heartbeat_ms == 0 || self.heartbeat_ms * 2 > self.election_timeout_ms_min {
+            return invalid(
+                "heartbeat-ms must be positive and at most half of election-timeout-ms-min".into(),
+            );
+        }
+        if self.election_timeout_ms_min >= self.election_timeout_ms_max {
+            return invalid("election-timeout-ms-min must be below election-timeout-ms-max".into());
+        }
+        if self.tick_ms < 10 || self.tick_ms > 10_000 {
+            return invalid("tick-ms must be within 10..=10000".into());
+        }
+        if self.request_timeout_ms < 2 * self.election_timeout_ms_max {
+            return invalid("request-timeout-ms must be at least two election timeouts".into());
+        }
+        if self.snapshot_logs < 100 {
+            return invalid("snapshot-logs must be at least 100".into());
+        }
+        Ok(())
+    }
+
+    /// How long a write waits for a leader before answering `no_quorum`: about two election
+    /// timeouts, so a minority side refuses promptly instead of hanging.
+    pub fn no_quorum_after_ms(&self) -> u64 {
+        2 * self.election_timeout_ms_max
+    }
+
+    /// Peers of this node (initial cluster minus itself).
+    pub fn peers(&self) -> impl Iterator<Item = (u64, SocketAddr)> + '_ {
+        self.initial_cluster
+            .iter()
+            .filter(|(id, _)| **id != self.id)
+            .map(|(id, a)| (*id, *a))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn initial_cluster_parses_and_rejects() {
+        let m = parse_initial_cluster("1=127.0.0.1:7001, 2=127.0.0.1:7002").expect("parses");
+        assert_eq!(m.len(), 2);
+        for bad in [
+            "1",
+            "x=127.0.0.1:1",
+            "1=localhost:1",
+            "0=127.0.0.1:1",
+            "1=127.0.0.1:1,1=127.0.0.1:2",
+        ] {
+            assert!(parse_initial_cluster(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn validation_catches_inconsistent_timeouts() {
+        let args = ServeArgs {
+            id: Some(1),
+            listen: Some("127.0.0.1:1".parse().expect("addr")),
+            data_dir: Some("/tmp/x".into()),
+            initial_cluster: Some("1=127.0.0.1:1".into()),
+            cluster_secret: Some("0123456789".into()),
+            election_timeout_ms_min: Some(900),
+            election_timeout_ms_max: Some(800),
+            ..ServeArgs::default()
+        };
+        assert!(matches!(
+            args.clone().resolve(),
+            Err(ConfigError::Invalid(_))
+        ));
+        let ok = ServeArgs {
+            election_timeout_ms_max: Some(1_800),
+            ..args
+        };
+        assert!(ok.resolve().is_ok());
+    }
+}

@@ -1,0 +1,111 @@
+//! The one place that maps errors to HTTP status codes and `{"code", "message"}` bodies.
+//!
+//! Outcome-unknown (`indeterminate`) is its own code, never folded into a failure: a client
+//! that treats it as "failed" and retries without its `request_id` could acquire twice.
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use turnstile_core::ApplyError;
+
+use crate::proto::RouteError;
+
+/// Every error the client API can answer with.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("{0}")]
+    BadRequest(String),
+    #[error("request body is larger than {limit_bytes} bytes")]
+    BodyTooLarge { limit_bytes: usize },
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{what} not found")]
+    KeyNotFound { what: String },
+    #[error("method not allowed")]
+    MethodNotAllowed,
+    #[error("{0}")]
+    Unsupported(String),
+    #[error(transparent)]
+    Apply(#[from] ApplyError),
+    #[error(transparent)]
+    Route(#[from] RouteError),
+    #[error("this node is not serving: {0}")]
+    NotMember(String),
+    #[error("membership change refused: {0}")]
+    MemberRefused(String),
+    #[error("test hooks are disabled on this node")]
+    HooksDisabled,
+}
+
+#[derive(Serialize)]
+struct ErrorBody<'a> {
+    code: &'a str,
+    message: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    current_token: Option<u64>,
+}
+
+impl ApiError {
+    /// The HTTP status and the stable machine-readable code.
+    pub fn status_and_code(&self) -> (StatusCode, &'static str) {
+        use StatusCode as S;
+        match self {
+            ApiError::BadRequest(_) => (S::BAD_REQUEST, "bad_request"),
+            ApiError::BodyTooLarge { .. } => (S::PAYLOAD_TOO_LARGE, "body_too_large"),
+            ApiError::NotFound(_) => (S::NOT_FOUND, "not_found"),
+            ApiError::KeyNotFound { .. } => (S::NOT_FOUND, "key_not_found"),
+            ApiError::MethodNotAllowed => (S::METHOD_NOT_ALLOWED, "method_not_allowed"),
+            ApiError::Unsupported(_) => (S::BAD_REQUEST, "unsupported"),
+            ApiError::Apply(e) => apply_status(e),
+            ApiError::Route(RouteError::NoQuorum)
+            | ApiError::Route(RouteError::NotLeader { .. }) => {
+                (S::SERVICE_UNAVAILABLE, "no_quorum")
+            }
+            ApiError::Route(RouteError::Indeterminate) => (S::GATEWAY_TIMEOUT, "indeterminate"),
+            ApiError::Route(RouteError::Unavailable { .. }) => {
+                (S::SERVICE_UNAVAILABLE, "unavailable")
+            }
+            ApiError::NotMember(_) => (S::SERVICE_UNAVAILABLE, "not_member"),
+            ApiError::MemberRefused(_) => (S::CONFLICT, "membership_refused"),
+            ApiError::HooksDisabled => (S::NOT_FOUND, "not_found"),
+        }
+    }
+}
+
+fn apply_status(e: &ApplyError) -> (StatusCode, &'static str) {
+    use StatusCode as S;
+    match e {
+        ApplyError::LeaseNotFound { .. } => (S::NOT_FOUND, "lease_not_found"),
+        ApplyError::LockHeld { .. } => (S::CONFLICT, "lock_held"),
+        ApplyError::NotHolder { .. } => (S::CONFLICT, "not_holder"),
+        ApplyError::CompareFailed { .. } => (S::PRECONDITION_FAILED, "compare_failed"),
+        ApplyError::Fenced { .. } => (S::CONFLICT, "fenced"),
+        ApplyError::RequestIdReused { .. } => (S::CONFLICT, "request_id_reused"),
+        ApplyError::CounterOverflow { .. } => (S::CONFLICT, "counter_overflow"),
+        ApplyError::LimitReached { .. } => (S::TOO_MANY_REQUESTS, "limit_reached"),
+        ApplyError::Invalid { .. } => (S::BAD_REQUEST, "bad_request"),
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, code) = self.status_and_code();
+        let current_token = match &self {
+            ApiError::Apply(ApplyError::Fenced { current_token, .. }) => *current_token,
+            ApiError::Apply(ApplyError::LockHeld { holder_token, .. }) => Some(*holder_token),
+            _ => None,
+        };
+        if status.is_server_error() {
+            tracing::debug!(code, error = %self, "request failed");
+        }
+        (
+            status,
+            axum::Json(ErrorBody {
+                code,
+                message: self.to_string(),
+                current_token,
+            }),
+        )
+            .into_response()
+    }
+}

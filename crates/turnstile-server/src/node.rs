@@ -1,0 +1,253 @@
+//! Starting and stopping one node: open the data dir (identity, sled log, snapshots), decide
+//! the join phase, start Raft, serve the client and peer APIs on one listener, and run the
+//! background drivers. `RunningNode::shutdown` stops all of it and releases the data dir.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::{Arc, RwLock};
+
+use openraft::{Config, SnapshotPolicy};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use turnstile_raft::faults::Faults;
+use turnstile_raft::log_store::{LogStoreError, SledLogStore};
+use turnstile_raft::network::{PeerClient, PeerIdentity, PeerNetworkFactory};
+use turnstile_raft::state_machine::StateMachineStore;
+use turnstile_raft::types::{Raft, TypeConfig};
+
+use crate::app::App;
+use crate::config::{InitialClusterState, NodeConfig};
+use crate::identity::{self, Identity, IdentityError, Phase};
+use crate::{api, bootstrap, driver, peer_api};
+
+/// Subdirectory of the sled log.
+pub const LOG_DIR: &str = "raft-log";
+/// Subdirectory of snapshot files.
+pub const SNAPSHOT_DIR: &str = "snapshots";
+
+/// Why a node could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("cannot create data dir {path}: {source}")]
+    DataDir {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Identity(#[from] IdentityError),
+    #[error("log store: {0}")]
+    LogStore(#[from] LogStoreError),
+    #[error("state machine: {0}")]
+    StateMachine(std::io::Error),
+    #[error("this data dir belongs to cluster {ours}, but peer {peer} belongs to cluster {theirs}; refusing to start")]
+    ForeignCluster {
+        ours: String,
+        peer: u64,
+        theirs: String,
+    },
+    #[error("raft config: {0}")]
+    RaftConfig(String),
+    #[error("raft: {0}")]
+    Raft(String),
+    #[error("http client: {0}")]
+    Http(#[from] reqwest::Error),
+    #[error("listener: {0}")]
+    Listener(std::io::Error),
+}
+
+/// A started node.
+pub struct RunningNode {
+    pub addr: SocketAddr,
+    pub app: Arc<App>,
+    stop: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl RunningNode {
+    /// The node's fault-injection table (tests).
+    pub fn faults(&self) -> &Faults {
+        self.app.peers.faults()
+    }
+
+    /// Stops serving, stops Raft and the drivers, and waits until the data dir is released.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        if let Err(e) = self.app.raft.shutdown().await {
+            tracing::warn!(error = %e, "raft shutdown");
+        }
+        for task in self.tasks {
+            let _ = task.await;
+        }
+        tracing::info!(node_id = self.app.node_id(), "node stopped");
+    }
+
+    /// Resolves when the node is asked to stop.
+    pub fn stopped(&self) -> watch::Receiver<bool> {
+        self.stop.subscribe()
+    }
+}
+
+/// Starts a node serving on `listener` (bind port 0 in tests and pass the real address in
+/// `cfg.initial_cluster`).
+pub async fn start(
+    cfg: NodeConfig,
+    listener: TcpListener,
+    faults: Faults,
+) -> Result<RunningNode, StartError> {
+    let addr = listener.local_addr().map_err(StartError::Listener)?;
+    std::fs::create_dir_all(&cfg.data_dir).map_err(|source| StartError::DataDir {
+        path: cfg.data_dir.clone(),
+        source,
+    })?;
+    let stored = identity::load(&cfg.data_dir, cfg.id)?;
+    let log_store = SledLogStore::<TypeConfig>::open(&cfg.data_dir.join(LOG_DIR))?;
+    let sm = StateMachineStore::open(&cfg.data_dir.join(SNAPSHOT_DIR), cfg.check_invariants)
+        .map_err(StartError::StateMachine)?;
+    let has_state = has_raft_state(&cfg.data_dir, &log_store).await?;
+    let phase = initial_phase(&cfg, stored.as_ref(), has_state)?;
+
+    let cluster_id = stored.as_ref().and_then(|i| i.cluster_id.clone());
+    let identity = PeerIdentity {
+        node_id: cfg.id,
+        secret: cfg.cluster_secret.clone().into(),
+        cluster_id: Arc::new(RwLock::new(cluster_id.clone())),
+    };
+    let peers = PeerClient::new(identity, faults)?;
+    if let Some(ours) = cluster_id {
+        check_peers_cluster(&cfg, &peers, &ours).await?;
+    }
+
+    let shared = sm.shared();
+    let stats = log_store.stats_handle();
+    let raft = Raft::new(
+        cfg.id,
+        Arc::new(raft_config(&cfg)?),
+        PeerNetworkFactory::new(peers.clone()),
+        log_store,
+        sm,
+    )
+    .await
+    .map_err(|e| StartError::Raft(e.to_string()))?;
+    let app = Arc::new(App::new(
+        cfg,
+        raft,
+        shared,
+        peers,
+        phase,
+        Box::new(move || stats.get()),
+    ));
+    tracing::info!(node_id = app.node_id(), %addr, ?phase, "node starting");
+
+    let (stop, stop_rx) = watch::channel(false);
+    let router = api::router(app.clone()).merge(peer_api::router(app.clone()));
+    let mut server_stop = stop_rx.clone();
+    let server = tokio::spawn(async move {
+        let shutdown = async move {
+            let _ = server_stop.changed().await;
+        };
+        if let Err(e) = axum::serve(listener, router)
+            .with_graceful_shutdown(shutdown)
+            .await
+        {
+            tracing::error!(error = %e, "http server failed");
+        }
+    });
+    let tasks = vec![
+        server,
+        tokio::spawn(driver::run(app.clone(), stop_rx.clone())),
+        tokio::spawn(bootstrap::run(app.clone(), stop_rx)),
+    ];
+    Ok(RunningNode {
+        addr,
+        app,
+        stop,
+        tasks,
+    })
+}
+
+fn raft_config(cfg: &NodeConfig) -> Result<Config, StartError> {
+    let config = Config {
+        cluster_name: "turnstile".into(),
+        heartbeat_interval: cfg.heartbeat_ms,
+        election_timeout_min: cfg.election_timeout_ms_min,
+        election_timeout_max: cfg.election_timeout_ms_max,
+        snapshot_policy: SnapshotPolicy::LogsSinceLast(cfg.snapshot_logs),
+        max_in_snapshot_log_to_keep: 1_000,
+        purge_batch_size: 256,
+        install_snapshot_timeout: 10_000,
+        ..Default::default()
+    };
+    config
+        .validate()
+        .map_err(|e| StartError::RaftConfig(e.to_string()))
+}
+
+/// True if this data dir has ever taken part in Raft (a vote, log entries or a snapshot).
+async fn has_raft_state(dir: &Path, log: &SledLogStore<TypeConfig>) -> Result<bool, StartError> {
+    use openraft::storage::{RaftLogReader, RaftLogStorage};
+    let mut log = log.clone();
+    let state = log
+        .get_log_state()
+        .await
+        .map_err(|e| StartError::Raft(e.to_string()))?;
+    let vote = log
+        .read_vote()
+        .await
+        .map_err(|e| StartError::Raft(e.to_string()))?;
+    let snapshots = std::fs::read_dir(dir.join(SNAPSHOT_DIR))
+        .map(|mut d| d.next().is_some())
+        .unwrap_or(false);
+    Ok(state.last_log_id.is_some() || vote.is_some() || snapshots)
+}
+
+fn initial_phase(
+    cfg: &NodeConfig,
+    stored: Option<&Identity>,
+    has_state: bool,
+) -> Result<Phase, StartError> {
+    if let Some(identity) = stored {
+        return Ok(identity.phase);
+    }
+    if has_state {
+        return Err(IdentityError::MissingIdentity {
+            dir: cfg.data_dir.clone(),
+        }
+        .into());
+    }
+    match cfg.initial_cluster_state {
+        InitialClusterState::New => Ok(Phase::Empty),
+        InitialClusterState::Existing => {
+            identity::store(
+                &cfg.data_dir,
+                &Identity {
+                    node_id: cfg.id,
+                    cluster_id: None,
+                    phase: Phase::Awaiting,
+                },
+            )?;
+            tracing::warn!("empty data dir with --initial-cluster-state existing: waiting to be added through a membership change");
+            Ok(Phase::Awaiting)
+        }
+    }
+}
+
+/// Refuses to start a data dir of one cluster among peers of another.
+async fn check_peers_cluster(
+    cfg: &NodeConfig,
+    peers: &PeerClient,
+    ours: &str,
+) -> Result<(), StartError> {
+    for (id, addr) in cfg.peers() {
+        if let Some(st) = bootstrap::probe(peers, id, &addr.to_string()).await {
+            if let Some(theirs) = st.cluster_id.filter(|t| t != ours) {
+                return Err(StartError::ForeignCluster {
+                    ours: ours.to_string(),
+                    peer: id,
+                    theirs,
+                });
+            }
+        }
+    }
+    Ok(())
+}

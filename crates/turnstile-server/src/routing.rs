@@ -1,0 +1,88 @@
+//! Getting a request to the leader: run it here if this node leads, otherwise hand it to the
+//! leader over the peer network, and wait for a leader (up to about two election timeouts)
+//! when none is known or reachable.
+//!
+//! Retrying is safe only while the request certainly was not appended: a `NotLeader` answer,
+//! or a peer call that never left this node. Anything else that fails mid-flight is
+//! `Indeterminate`, and the client resolves it by retrying with the same `request_id`.
+
+use openraft::async_runtime::WatchReceiver;
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use turnstile_raft::network::PeerError;
+
+use crate::app::App;
+use crate::proto::RouteError;
+
+/// Extra time a forwarding node waits beyond the leader's own deadline.
+const FORWARD_MARGIN_MS: u64 = 500;
+
+impl App {
+    /// Runs `local` on the leader: here, or on the leader via `path` with `req`.
+    pub(crate) async fn on_leader<Req, T, F, Fut>(
+        &self,
+        path: &str,
+        req: &Req,
+        timeout_ms: u64,
+        local: F,
+    ) -> Result<T, RouteError>
+    where
+        Req: Serialize,
+        T: DeserializeOwned,
+        F: Fn() -> Fut,
+        Fut: Future<Output = Result<T, RouteError>>,
+    {
+        let give_up_at = Instant::now() + Duration::from_millis(self.cfg.no_quorum_after_ms());
+        let mut metrics = self.raft.metrics();
+        loop {
+            let attempt = match self.current_leader() {
+                Some(id) if id == self.node_id() => local().await,
+                Some(id) => self.forward(id, path, req, timeout_ms).await,
+                None => Err(RouteError::NotLeader { leader_id: None }),
+            };
+            let Err(RouteError::NotLeader { .. }) = attempt else {
+                return attempt;
+            };
+            let now = Instant::now();
+            if now >= give_up_at {
+                return Err(RouteError::NoQuorum);
+            }
+            // Wake on a leader change, or poll again after a heartbeat (a known but
+            // unreachable leader does not change the metrics).
+            let wait = Duration::from_millis(self.cfg.heartbeat_ms).min(give_up_at - now);
+            let _ = tokio::time::timeout(wait, metrics.changed()).await;
+        }
+    }
+
+    async fn forward<Req: Serialize, T: DeserializeOwned>(
+        &self,
+        leader: u64,
+        path: &str,
+        req: &Req,
+        timeout_ms: u64,
+    ) -> Result<T, RouteError> {
+        let Some(addr) = self.node_addr(leader) else {
+            return Err(RouteError::NotLeader { leader_id: None });
+        };
+        let timeout = Duration::from_millis(timeout_ms + FORWARD_MARGIN_MS);
+        match self
+            .peers
+            .rpc::<Req, Result<T, RouteError>>(leader, &addr, path, req, timeout)
+            .await
+        {
+            Ok(answer) => answer,
+            Err(e) if e.not_sent() => Err(RouteError::NotLeader { leader_id: None }),
+            // Refused by the peer's gate (wrong phase, cut link): its handler never ran.
+            Err(PeerError::Refused { status, .. }) if status == 503 => {
+                Err(RouteError::NotLeader { leader_id: None })
+            }
+            Err(e) => {
+                tracing::warn!(leader, error = %e, "forwarded request failed mid-flight");
+                Err(RouteError::Indeterminate)
+            }
+        }
+    }
+}

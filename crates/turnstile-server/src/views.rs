@@ -1,0 +1,144 @@
+//! Read models returned by the HTTP API (JSON) and carried between nodes (bincode). Field names
+//! are the public contract in DESIGN.md.
+
+use serde::{Deserialize, Serialize};
+use turnstile_core::State;
+
+/// `GET /v1/leases/{id}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseView {
+    pub lease_id: u64,
+    pub ttl_ms: u64,
+    /// Time left by the leader's clock when the read was served.
+    pub remaining_ms: u64,
+    pub locks: Vec<String>,
+    pub keys: Vec<String>,
+}
+
+/// One holder in `GET /v1/locks/{name}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HolderView {
+    pub lease_id: u64,
+    pub token: u64,
+    pub term: u64,
+    pub mode: String,
+    /// `sm_time` of the grant, in ms of cluster time.
+    pub since_ms: u64,
+}
+
+/// One queued waiter in `GET /v1/locks/{name}` (queues arrive with blocking acquire).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WaiterView {
+    pub lease_id: u64,
+    pub mode: String,
+    pub since_ms: u64,
+}
+
+/// `GET /v1/locks/{name}`; empty holders and waiters when the lock is idle.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LockView {
+    pub name: String,
+    pub permits: u32,
+    pub holders: Vec<HolderView>,
+    pub waiters: Vec<WaiterView>,
+}
+
+/// `GET /v1/kv/{key}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyView {
+    pub key: String,
+    pub value: String,
+    pub create_revision: u64,
+    pub mod_revision: u64,
+    pub version: u64,
+    pub lease_id: Option<u64>,
+}
+
+/// `GET /v1/counters/{name}`; a counter never incremented reads 0.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CounterView {
+    pub name: String,
+    pub value: i64,
+}
+
+/// `POST /v1/fence/check`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FenceView {
+    pub current: bool,
+    pub current_token: Option<u64>,
+    pub cluster_id: Option<String>,
+}
+
+impl LeaseView {
+    pub fn of(state: &State, lease_id: u64, now_ms: u64) -> Option<LeaseView> {
+        let lease = state.leases.get(&lease_id)?;
+        Some(LeaseView {
+            lease_id,
+            ttl_ms: lease.ttl_ms,
+            remaining_ms: lease
+                .deadline_ms
+                .saturating_sub(now_ms.max(state.sm_time_ms)),
+            locks: lease.locks.iter().cloned().collect(),
+            keys: lease.keys.iter().cloned().collect(),
+        })
+    }
+}
+
+impl LockView {
+    pub fn of(state: &State, name: &str) -> LockView {
+        let holders = state
+            .locks
+            .get(name)
+            .map(|l| {
+                let h = &l.holder;
+                vec![HolderView {
+                    lease_id: h.lease_id,
+                    token: h.token,
+                    term: h.term,
+                    mode: "exclusive".into(),
+                    since_ms: h.since_ms,
+                }]
+            })
+            .unwrap_or_default();
+        LockView {
+            name: name.to_string(),
+            permits: 1,
+            holders,
+            waiters: Vec::new(),
+        }
+    }
+}
+
+impl KeyView {
+    pub fn of(state: &State, key: &str) -> Option<KeyView> {
+        let k = state.keys.get(key)?;
+        Some(KeyView {
+            key: key.to_string(),
+            value: k.value.clone(),
+            create_revision: k.create_revision,
+            mod_revision: k.mod_revision,
+            version: k.version,
+            lease_id: k.lease_id,
+        })
+    }
+}
+
+impl CounterView {
+    pub fn of(state: &State, name: &str) -> CounterView {
+        CounterView {
+            name: name.to_string(),
+            value: state.counters.get(name).copied().unwrap_or(0),
+        }
+    }
+}
+
+impl FenceView {
+    pub fn of(state: &State, name: &str, token: u64) -> FenceView {
+        let current_token = state.locks.get(name).map(|l| l.holder.token);
+        FenceView {
+            current: current_token == Some(token),
+            current_token,
+            cluster_id: state.cluster_id.clone(),
+        }
+    }
+}
