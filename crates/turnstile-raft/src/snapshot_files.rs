@@ -85,7 +85,12 @@ impl SnapshotDir {
         }
     }
 
-    /// Durably writes `bytes` as the snapshot ending at `last_index`, then drops older ones.
+    /// Durably writes `bytes` as the snapshot ending at `last_index`, then drops every snapshot
+    /// but the newest. openraft builds snapshots in a task of their own, so a build that copied
+    /// the state before an `install_snapshot` can finish after it: its older file must not
+    /// replace the installed one (the log below the installed snapshot may be purged already).
+    /// So the newest name ever written survives any interleaving of writers, and an older
+    /// snapshot written late is deleted at once.
     pub fn write(&self, last_index: u64, bytes: &[u8]) -> io::Result<()> {
         let name = format!("snapshot-{last_index:020}.snap");
         let tmp = self.dir.join(format!("{name}.tmp"));
@@ -96,10 +101,17 @@ impl SnapshotDir {
         drop(file);
         fs::rename(&tmp, &path)?;
         File::open(&self.dir)?.sync_all()?;
+        let Some(newest) = self.newest()? else {
+            return Ok(());
+        };
         for entry in fs::read_dir(&self.dir)? {
             let old = entry?.path();
-            if old != path && old.extension().is_some_and(|e| e == "snap") {
-                fs::remove_file(old)?;
+            if old != newest && old.extension().is_some_and(|e| e == "snap") {
+                // A concurrent writer may have removed it first.
+                match fs::remove_file(old) {
+                    Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+                    _ => {}
+                }
             }
         }
         Ok(())

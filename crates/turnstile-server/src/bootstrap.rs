@@ -52,7 +52,7 @@ pub async fn run(app: Arc<App>, mut stop: watch::Receiver<bool>) {
                 false
             }
             Phase::Forming => try_initialize(&app).await,
-            Phase::Member | Phase::Awaiting => true,
+            Phase::Member | Phase::Awaiting | Phase::Learning => true,
         };
         if finished {
             return;
@@ -80,7 +80,7 @@ async fn decide(app: &App) -> bool {
     let peers = statuses(app).await;
     if let Some((id, st)) = peers.iter().find_map(|(id, s)| {
         s.as_ref()
-            .filter(|s| matches!(s.phase, Phase::Member | Phase::Awaiting))
+            .filter(|s| matches!(s.phase, Phase::Member | Phase::Awaiting | Phase::Learning))
             .map(|s| (id, s))
     }) {
         tracing::error!(

@@ -24,13 +24,28 @@ pub enum Phase {
     Forming,
     /// Part of the cluster: votes (if a voter) and serves.
     Member,
-    /// Empty node of an existing cluster: waits to be re-added. Does not vote or serve.
+    /// Empty node of an existing cluster: waits to be re-added. Does not vote, serve, or
+    /// accept log entries (a leader that still counts it as a voter must not see its log
+    /// "revert" to empty).
     Awaiting,
+    /// Re-added as a learner: catches up from the leader, but does not vote or serve until
+    /// the leader admits it during promotion.
+    Learning,
 }
 
 impl Phase {
     /// True if the node may grant votes.
     pub fn may_vote(self) -> bool {
+        matches!(self, Phase::Forming | Phase::Member)
+    }
+
+    /// True if the node may accept log entries and snapshots from a leader.
+    pub fn may_replicate(self) -> bool {
+        matches!(self, Phase::Forming | Phase::Member | Phase::Learning)
+    }
+
+    /// True if the node answers client requests.
+    pub fn may_serve(self) -> bool {
         matches!(self, Phase::Forming | Phase::Member)
     }
 }

@@ -13,8 +13,10 @@ use crate::app::App;
 use crate::proto::{MemberOp, ProposeRequest, Proposed, ReadAnswer, ReadQuery, RouteError};
 use crate::views::{CounterView, FenceView, KeyView, LeaseView, LockView};
 
-/// Path on the node being admitted.
+/// Path on the node being admitted as a voter.
 pub const ADMIT_PATH: &str = "/raft/admit";
+/// Path on the node about to be added as a learner.
+pub const PREPARE_JOIN_PATH: &str = "/raft/prepare-join";
 
 type WriteError = RaftError<
     turnstile_raft::types::TypeConfig,
@@ -146,6 +148,9 @@ impl App {
                         "node {node_id} is already a member; remove it first"
                     ));
                 }
+                if let Err(reason) = self.tell_node(*node_id, addr, PREPARE_JOIN_PATH).await {
+                    return refused(reason);
+                }
                 let node = BasicNode { addr: addr.clone() };
                 self.raft
                     .add_learner(*node_id, node, true)
@@ -159,7 +164,7 @@ impl App {
                 if voters.contains(node_id) {
                     return refused(format!("node {node_id} is already a voter"));
                 }
-                if let Err(reason) = self.admit(*node_id, &node.addr).await {
+                if let Err(reason) = self.tell_node(*node_id, &node.addr, ADMIT_PATH).await {
                     return refused(reason);
                 }
                 let change = ChangeMembers::AddVoterIds(BTreeSet::from([*node_id]));
@@ -192,12 +197,12 @@ impl App {
         Ok(Ok(()))
     }
 
-    /// Tells a caught-up learner it may vote from now on.
-    async fn admit(&self, node_id: u64, addr: &str) -> Result<(), String> {
+    /// Tells a joining node it may accept entries (`PREPARE_JOIN_PATH`) or vote (`ADMIT_PATH`).
+    async fn tell_node(&self, node_id: u64, addr: &str, path: &str) -> Result<(), String> {
         let timeout = Duration::from_millis(self.cfg.request_timeout_ms);
         self.peers
-            .rpc::<(), ()>(node_id, addr, ADMIT_PATH, &(), timeout)
+            .rpc::<(), ()>(node_id, addr, path, &(), timeout)
             .await
-            .map_err(|e| format!("could not admit node {node_id}: {e}"))
+            .map_err(|e| format!("node {node_id} refused {path}: {e}"))
     }
 }

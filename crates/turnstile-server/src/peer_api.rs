@@ -22,7 +22,7 @@ use turnstile_raft::types::Snapshot;
 
 use crate::app::App;
 use crate::identity::Phase;
-use crate::leader_ops::ADMIT_PATH;
+use crate::leader_ops::{ADMIT_PATH, PREPARE_JOIN_PATH};
 use crate::proto::{MemberOp, ProposeRequest, ReadQuery, MEMBER_PATH, PROPOSE_PATH, READ_PATH};
 
 /// Path answering who this node is; used by cluster formation and start-up checks.
@@ -46,6 +46,7 @@ pub fn router(app: Arc<App>) -> Router {
         .route(READ_PATH, post(read))
         .route(MEMBER_PATH, post(member))
         .route(ADMIT_PATH, post(admit))
+        .route(PREPARE_JOIN_PATH, post(prepare_join))
         .route(IDENTITY_PATH, get(identity))
         .layer(middleware::from_fn_with_state(app.clone(), gate))
         .with_state(app)
@@ -75,6 +76,14 @@ async fn gate(
             tracing::warn!(theirs, ours, "peer RPC from another cluster refused");
             return (StatusCode::CONFLICT, "peer belongs to another cluster").into_response();
         }
+    }
+    let path = req.uri().path();
+    if (path == "/raft/append" || path == "/raft/snapshot") && !app.phase().may_replicate() {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not accepting log entries: node awaits re-admission",
+        )
+            .into_response();
     }
     let from = header(FROM_HEADER).and_then(|v| v.parse::<u64>().ok());
     if from.is_some_and(|f| app.peers.faults().is_blocked(f)) {
@@ -165,7 +174,23 @@ async fn member(State(app): State<Arc<App>>, body: Bytes) -> Response {
 async fn admit(State(app): State<Arc<App>>) -> Response {
     let result = match app.phase() {
         Phase::Member | Phase::Forming => Ok(()),
-        Phase::Empty | Phase::Awaiting => app.set_phase(Phase::Member).map_err(|e| e.to_string()),
+        Phase::Learning => app.set_phase(Phase::Member).map_err(|e| e.to_string()),
+        Phase::Empty | Phase::Awaiting => {
+            Err("not caught up: add this node as a learner first".to_string())
+        }
+    };
+    reply(result)
+}
+
+/// The leader is about to add this node as a learner: accept log entries from now on.
+async fn prepare_join(State(app): State<Arc<App>>) -> Response {
+    let result = match app.phase() {
+        Phase::Awaiting | Phase::Learning => {
+            app.set_phase(Phase::Learning).map_err(|e| e.to_string())
+        }
+        phase => Err(format!(
+            "node is {phase:?}; only an empty node waiting to join can be added"
+        )),
     };
     reply(result)
 }

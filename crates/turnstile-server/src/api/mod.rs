@@ -12,7 +12,6 @@ use axum::Router;
 
 use crate::app::App;
 use crate::error::ApiError;
-use crate::identity::Phase;
 
 pub mod cluster;
 pub mod counters;
@@ -65,14 +64,15 @@ pub fn router(app: Arc<App>) -> Router {
 /// Only a node that formed or (re)joined the cluster serves clients. An empty node of an
 /// existing cluster has nothing trustworthy to say.
 async fn serving_gate(State(app): State<Arc<App>>, req: Request, next: Next) -> Response {
-    match app.phase() {
-        Phase::Member | Phase::Forming => next.run(req).await,
-        phase => ApiError::NotMember(format!(
-            "node {} is {phase:?}: not (re)admitted to the cluster",
-            app.node_id()
-        ))
-        .into_response(),
+    let phase = app.phase();
+    if phase.may_serve() {
+        return next.run(req).await;
     }
+    let msg = format!(
+        "node {} is {phase:?}: not (re)admitted to the cluster",
+        app.node_id()
+    );
+    ApiError::NotMember(msg).into_response()
 }
 
 async fn not_found() -> ApiError {
