@@ -9,56 +9,316 @@ async fn bad_input_gets_4xx_and_changes_nothing() -> anyhow::Result<()> {
     let c = Cluster::start(3).await?;
     let lease = c.lease(1, 60_000).await?;
     c.converged().await?;
-    let applied_before = c.status(1).await?["applied_index"].as_u64().expect("applied");
+    let applied_before = c.status(1).await?["applied_index"]
+        .as_u64()
+        .expect("applied");
     let long = "x".repeat(10_000);
     let huge = "v".repeat(300 * 1024);
     use reqwest::Method as M;
     let cases: Vec<(M, String, Option<String>, u16, &str)> = vec![
-        (M::POST, "/v1/leases".into(), Some("{not json".to_string()), 400, "bad_request"),
-        (M::POST, "/v1/leases".into(), Some(r#"{"ttl_ms": 5}"#.to_string()), 400, "bad_request"),
-        (M::POST, "/v1/leases".into(), Some(r#"{"ttl_ms": 99999999999}"#.to_string()), 400, "bad_request"),
-        (M::POST, "/v1/leases".into(), Some(r#"{"ttl_ms": -1}"#.to_string()), 400, "bad_request"),
-        (M::POST, "/v1/leases".into(), Some(r#"{"ttl_ms": "10"}"#.to_string()), 400, "bad_request"),
-        (M::POST, "/v1/leases".into(), Some(r#"{"ttl_ms": 5000, "extra": 1}"#.to_string()), 400, "bad_request"),
-        (M::POST, "/v1/leases".into(), Some(r#"{"ttl_ms": 5000, "request_id": ""}"#.to_string()), 400, "bad_request"),
-        (M::POST, "/v1/leases/abc/keepalive".into(), None, 400, "bad_request"),
-        (M::POST, "/v1/leases/0/keepalive".into(), None, 400, "bad_request"),
-        (M::POST, "/v1/leases/999999/keepalive".into(), None, 404, "lease_not_found"),
-        (M::GET, "/v1/leases/999999".into(), None, 404, "lease_not_found"),
-        (M::DELETE, "/v1/leases/999999".into(), None, 404, "lease_not_found"),
-        (M::POST, "/v1/locks/ok/acquire".into(), Some("[]".to_string()), 400, "bad_request"),
-        (M::POST, "/v1/locks/ok/acquire".into(), Some(r#"{"wait_ms": 0}"#.to_string()), 400, "bad_request"),
-        (M::POST, "/v1/locks/ok/acquire".into(), Some(r#"{"lease_id": 999999}"#.to_string()), 404, "lease_not_found"),
-        (M::POST, format!("/v1/locks/{long}/acquire"), Some(r#"{"lease_id": 1}"#.to_string()), 400, "bad_request"),
-        (M::POST, "/v1/locks/bad%20name/acquire".into(), Some(r#"{"lease_id": 1}"#.to_string()), 400, "bad_request"),
-        (M::POST, "/v1/locks/ok/acquire".into(), Some(format!(r#"{{"lease_id": {lease}, "mode": "weird"}}"#)), 400, "bad_request"),
-        (M::POST, "/v1/locks/ok/acquire".into(), Some(format!(r#"{{"lease_id": {lease}, "permits": 0}}"#)), 400, "bad_request"),
-        (M::POST, "/v1/locks/ok/release".into(), Some(r#"{"token": 1}"#.to_string()), 400, "bad_request"),
-        (M::POST, "/v1/locks/ok/release".into(), Some(format!(r#"{{"token": 999, "lease_id": {lease}}}"#)), 409, "not_holder"),
-        (M::GET, "/v1/locks/bad$name".into(), None, 400, "bad_request"),
-        (M::POST, "/v1/fence/check".into(), Some(r#"{"name": "ok"}"#.to_string()), 400, "bad_request"),
-        (M::PUT, "/v1/kv/k".into(), Some(r#"{}"#.to_string()), 400, "bad_request"),
-        (M::PUT, "/v1/kv/k".into(), Some(r#"{"value": 5}"#.to_string()), 400, "bad_request"),
-        (M::PUT, format!("/v1/kv/{long}"), Some(r#"{"value": "v"}"#.to_string()), 400, "bad_request"),
-        (M::PUT, "/v1/kv/k".into(), Some(format!(r#"{{"value": "{}"}}"#, "v".repeat(70_000))), 400, "bad_request"),
-        (M::PUT, "/v1/kv/k".into(), Some(format!(r#"{{"value": "{huge}"}}"#)), 413, "body_too_large"),
-        (M::PUT, "/v1/kv/k".into(), Some(r#"{"value": "v", "if": {}}"#.to_string()), 400, "bad_request"),
-        (M::PUT, "/v1/kv/k".into(), Some(r#"{"value": "v", "if": {"absent": true, "mod_revision": 3}}"#.to_string()), 400, "bad_request"),
-        (M::PUT, "/v1/kv/k".into(), Some(r#"{"value": "v", "fence": {"lock": "ok"}}"#.to_string()), 400, "bad_request"),
-        (M::PUT, "/v1/kv/k".into(), Some(r#"{"value": "v", "lease_id": 999999}"#.to_string()), 404, "lease_not_found"),
-        (M::PUT, "/v1/kv/k".into(), Some(r#"{"value": "v", "fence": {"lock": "ok", "token": 3}}"#.to_string()), 409, "fenced"),
-        (M::PUT, "/v1/kv/k".into(), Some(r#"{"value": "v", "if": {"mod_revision": 123456}}"#.to_string()), 412, "compare_failed"),
-        (M::DELETE, "/v1/kv/k".into(), Some(r#"{"if": {"value": "nope"}}"#.to_string()), 412, "compare_failed"),
+        (
+            M::POST,
+            "/v1/leases".into(),
+            Some("{not json".to_string()),
+            400,
+            "bad_request",
+        ),
+        (
+            M::POST,
+            "/v1/leases".into(),
+            Some(r#"{"ttl_ms": 5}"#.to_string()),
+            400,
+            "bad_request",
+        ),
+        (
+            M::POST,
+            "/v1/leases".into(),
+            Some(r#"{"ttl_ms": 99999999999}"#.to_string()),
+            400,
+            "bad_request",
+        ),
+        (
+            M::POST,
+            "/v1/leases".into(),
+            Some(r#"{"ttl_ms": -1}"#.to_string()),
+            400,
+            "bad_request",
+        ),
+        (
+            M::POST,
+            "/v1/leases".into(),
+            Some(r#"{"ttl_ms": "10"}"#.to_string()),
+            400,
+            "bad_request",
+        ),
+        (
+            M::POST,
+            "/v1/leases".into(),
+            Some(r#"{"ttl_ms": 5000, "extra": 1}"#.to_string()),
+            400,
+            "bad_request",
+        ),
+        (
+            M::POST,
+            "/v1/leases".into(),
+            Some(r#"{"ttl_ms": 5000, "request_id": ""}"#.to_string()),
+            400,
+            "bad_request",
+        ),
+        (
+            M::POST,
+            "/v1/leases/abc/keepalive".into(),
+            None,
+            400,
+            "bad_request",
+        ),
+        (
+            M::POST,
+            "/v1/leases/0/keepalive".into(),
+            None,
+            400,
+            "bad_request",
+        ),
+        (
+            M::POST,
+            "/v1/leases/999999/keepalive".into(),
+            None,
+            404,
+            "lease_not_found",
+        ),
+        (
+            M::GET,
+            "/v1/leases/999999".into(),
+            None,
+            404,
+            "lease_not_found",
+        ),
+        (
+            M::DELETE,
+            "/v1/leases/999999".into(),
+            None,
+            404,
+            "lease_not_found",
+        ),
+        (
+            M::POST,
+            "/v1/locks/ok/acquire".into(),
+            Some("[]".to_string()),
+            400,
+            "bad_request",
+        ),
+        (
+            M::POST,
+            "/v1/locks/ok/acquire".into(),
+            Some(r#"{"wait_ms": 0}"#.to_string()),
+            400,
+            "bad_request",
+        ),
+        (
+            M::POST,
+            "/v1/locks/ok/acquire".into(),
+            Some(r#"{"lease_id": 999999}"#.to_string()),
+            404,
+            "lease_not_found",
+        ),
+        (
+            M::POST,
+            format!("/v1/locks/{long}/acquire"),
+            Some(r#"{"lease_id": 1}"#.to_string()),
+            400,
+            "bad_request",
+        ),
+        (
+            M::POST,
+            "/v1/locks/bad%20name/acquire".into(),
+            Some(r#"{"lease_id": 1}"#.to_string()),
+            400,
+            "bad_request",
+        ),
+        (
+            M::POST,
+            "/v1/locks/ok/acquire".into(),
+            Some(format!(r#"{{"lease_id": {lease}, "mode": "weird"}}"#)),
+            400,
+            "bad_request",
+        ),
+        (
+            M::POST,
+            "/v1/locks/ok/acquire".into(),
+            Some(format!(r#"{{"lease_id": {lease}, "permits": 0}}"#)),
+            400,
+            "bad_request",
+        ),
+        (
+            M::POST,
+            "/v1/locks/ok/release".into(),
+            Some(r#"{"token": 1}"#.to_string()),
+            400,
+            "bad_request",
+        ),
+        (
+            M::POST,
+            "/v1/locks/ok/release".into(),
+            Some(format!(r#"{{"token": 999, "lease_id": {lease}}}"#)),
+            409,
+            "not_holder",
+        ),
+        (
+            M::GET,
+            "/v1/locks/bad$name".into(),
+            None,
+            400,
+            "bad_request",
+        ),
+        (
+            M::POST,
+            "/v1/fence/check".into(),
+            Some(r#"{"name": "ok"}"#.to_string()),
+            400,
+            "bad_request",
+        ),
+        (
+            M::PUT,
+            "/v1/kv/k".into(),
+            Some(r#"{}"#.to_string()),
+            400,
+            "bad_request",
+        ),
+        (
+            M::PUT,
+            "/v1/kv/k".into(),
+            Some(r#"{"value": 5}"#.to_string()),
+            400,
+            "bad_request",
+        ),
+        (
+            M::PUT,
+            format!("/v1/kv/{long}"),
+            Some(r#"{"value": "v"}"#.to_string()),
+            400,
+            "bad_request",
+        ),
+        (
+            M::PUT,
+            "/v1/kv/k".into(),
+            Some(format!(r#"{{"value": "{}"}}"#, "v".repeat(70_000))),
+            400,
+            "bad_request",
+        ),
+        (
+            M::PUT,
+            "/v1/kv/k".into(),
+            Some(format!(r#"{{"value": "{huge}"}}"#)),
+            413,
+            "body_too_large",
+        ),
+        (
+            M::PUT,
+            "/v1/kv/k".into(),
+            Some(r#"{"value": "v", "if": {}}"#.to_string()),
+            400,
+            "bad_request",
+        ),
+        (
+            M::PUT,
+            "/v1/kv/k".into(),
+            Some(r#"{"value": "v", "if": {"absent": true, "mod_revision": 3}}"#.to_string()),
+            400,
+            "bad_request",
+        ),
+        (
+            M::PUT,
+            "/v1/kv/k".into(),
+            Some(r#"{"value": "v", "fence": {"lock": "ok"}}"#.to_string()),
+            400,
+            "bad_request",
+        ),
+        (
+            M::PUT,
+            "/v1/kv/k".into(),
+            Some(r#"{"value": "v", "lease_id": 999999}"#.to_string()),
+            404,
+            "lease_not_found",
+        ),
+        (
+            M::PUT,
+            "/v1/kv/k".into(),
+            Some(r#"{"value": "v", "fence": {"lock": "ok", "token": 3}}"#.to_string()),
+            409,
+            "fenced",
+        ),
+        (
+            M::PUT,
+            "/v1/kv/k".into(),
+            Some(r#"{"value": "v", "if": {"mod_revision": 123456}}"#.to_string()),
+            412,
+            "compare_failed",
+        ),
+        (
+            M::DELETE,
+            "/v1/kv/k".into(),
+            Some(r#"{"if": {"value": "nope"}}"#.to_string()),
+            412,
+            "compare_failed",
+        ),
         (M::GET, "/v1/kv/missing".into(), None, 404, "key_not_found"),
-        (M::POST, "/v1/counters/c/incr".into(), Some(r#"{"by": 1.5}"#.to_string()), 400, "bad_request"),
-        (M::POST, "/v1/counters/c/incr".into(), Some(r#"{"by": 99999999999999999}"#.to_string()), 400, "bad_request"),
-        (M::POST, "/v1/counters/c!/incr".into(), Some(r#"{"by": 1}"#.to_string()), 400, "bad_request"),
-        (M::POST, "/v1/members".into(), Some(r#"{"id": 9, "addr": "nowhere"}"#.to_string()), 400, "bad_request"),
-        (M::POST, "/v1/members/abc/promote".into(), None, 400, "bad_request"),
-        (M::DELETE, "/v1/members/42".into(), None, 409, "membership_refused"),
-        (M::POST, "/v1/locks/acquire-many".into(), Some("{}".to_string()), 400, "unsupported"),
+        (
+            M::POST,
+            "/v1/counters/c/incr".into(),
+            Some(r#"{"by": 1.5}"#.to_string()),
+            400,
+            "bad_request",
+        ),
+        (
+            M::POST,
+            "/v1/counters/c/incr".into(),
+            Some(r#"{"by": 99999999999999999}"#.to_string()),
+            400,
+            "bad_request",
+        ),
+        (
+            M::POST,
+            "/v1/counters/c!/incr".into(),
+            Some(r#"{"by": 1}"#.to_string()),
+            400,
+            "bad_request",
+        ),
+        (
+            M::POST,
+            "/v1/members".into(),
+            Some(r#"{"id": 9, "addr": "nowhere"}"#.to_string()),
+            400,
+            "bad_request",
+        ),
+        (
+            M::POST,
+            "/v1/members/abc/promote".into(),
+            None,
+            400,
+            "bad_request",
+        ),
+        (
+            M::DELETE,
+            "/v1/members/42".into(),
+            None,
+            409,
+            "membership_refused",
+        ),
+        (
+            M::POST,
+            "/v1/locks/acquire-many".into(),
+            Some("{}".to_string()),
+            400,
+            "unsupported",
+        ),
         (M::GET, "/v1/nope".into(), None, 404, "not_found"),
-        (M::DELETE, "/v1/cluster".into(), None, 405, "method_not_allowed"),
+        (
+            M::DELETE,
+            "/v1/cluster".into(),
+            None,
+            405,
+            "method_not_allowed",
+        ),
     ];
     let http = reqwest::Client::new();
     let mut failures = Vec::new();
@@ -73,10 +333,18 @@ async fn bad_input_gets_4xx_and_changes_nothing() -> anyhow::Result<()> {
         let v: Value = serde_json::from_str(&text).unwrap_or(json!({"raw": text}));
         let ok = status == *want_status && v["code"] == *want_code && v["message"].is_string();
         if !ok {
-            failures.push(format!("{method} {} -> {status} {v} (want {want_status} {want_code})", &path[..path.len().min(60)]));
+            failures.push(format!(
+                "{method} {} -> {status} {v} (want {want_status} {want_code})",
+                &path[..path.len().min(60)]
+            ));
         }
     }
-    assert!(failures.is_empty(), "{} bad-input cases misanswered:\n{}", failures.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} bad-input cases misanswered:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
 
     // Refused requests that failed validation appended nothing; the definite refusals from the
     // state machine (404/409/412) did commit entries that changed nothing, so compare state
@@ -85,7 +353,12 @@ async fn bad_input_gets_4xx_and_changes_nothing() -> anyhow::Result<()> {
     assert!(v["holders"].as_array().is_some_and(|h| h.is_empty()), "{v}");
     assert_eq!(c.get(1, "/v1/kv/k").await?.0, 404);
     assert_eq!(c.get(1, "/v1/counters/c").await?.1["value"], 0);
-    assert!(c.status(1).await?["applied_index"].as_u64().expect("applied") >= applied_before);
+    assert!(
+        c.status(1).await?["applied_index"]
+            .as_u64()
+            .expect("applied")
+            >= applied_before
+    );
     c.shutdown().await;
     Ok(())
 }

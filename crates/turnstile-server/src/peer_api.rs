@@ -96,9 +96,10 @@ async fn gate(
     next.run(req).await
 }
 
-fn decode<T: DeserializeOwned>(body: &Bytes) -> Result<T, Response> {
-    codec::decode(body)
-        .map_err(|e| (StatusCode::BAD_REQUEST, format!("undecodable body: {e}")).into_response())
+fn decode<T: DeserializeOwned>(body: &Bytes) -> Result<T, Box<Response>> {
+    codec::decode(body).map_err(|e| {
+        Box::new((StatusCode::BAD_REQUEST, format!("undecodable body: {e}")).into_response())
+    })
 }
 
 /// Encodes `Result<T, String>` the way `PeerClient::rpc` expects.
@@ -117,7 +118,7 @@ fn reply<T: Serialize, E: ToString>(result: Result<T, E>) -> Response {
 async fn append(State(app): State<Arc<App>>, body: Bytes) -> Response {
     match decode(&body) {
         Ok(req) => reply(app.raft.append_entries(req).await),
-        Err(r) => r,
+        Err(r) => *r,
     }
 }
 
@@ -133,14 +134,14 @@ async fn vote(State(app): State<Arc<App>>, body: Bytes) -> Response {
     }
     match decode(&body) {
         Ok(req) => reply(app.raft.vote(req).await),
-        Err(r) => r,
+        Err(r) => *r,
     }
 }
 
 async fn snapshot(State(app): State<Arc<App>>, body: Bytes) -> Response {
     let (vote, meta, data): SnapshotRequest = match decode(&body) {
         Ok(v) => v,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let snapshot = Snapshot {
         meta,
@@ -152,21 +153,21 @@ async fn snapshot(State(app): State<Arc<App>>, body: Bytes) -> Response {
 async fn propose(State(app): State<Arc<App>>, body: Bytes) -> Response {
     match decode::<ProposeRequest>(&body) {
         Ok(req) => reply::<_, String>(Ok(app.propose_local(&req).await)),
-        Err(r) => r,
+        Err(r) => *r,
     }
 }
 
 async fn read(State(app): State<Arc<App>>, body: Bytes) -> Response {
     match decode::<ReadQuery>(&body) {
         Ok(q) => reply::<_, String>(Ok(app.read_local(&q).await)),
-        Err(r) => r,
+        Err(r) => *r,
     }
 }
 
 async fn member(State(app): State<Arc<App>>, body: Bytes) -> Response {
     match decode::<MemberOp>(&body) {
         Ok(op) => reply::<_, String>(Ok(app.member_local(&op).await)),
-        Err(r) => r,
+        Err(r) => *r,
     }
 }
 

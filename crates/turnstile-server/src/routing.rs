@@ -76,7 +76,7 @@ impl App {
             Ok(answer) => answer,
             Err(e) if e.not_sent() => Err(RouteError::NotLeader { leader_id: None }),
             // Refused by the peer's gate (wrong phase, cut link): its handler never ran.
-            Err(PeerError::Refused { status, .. }) if status == 503 => {
+            Err(PeerError::Refused { status: 503, .. }) => {
                 Err(RouteError::NotLeader { leader_id: None })
             }
             Err(e) => {

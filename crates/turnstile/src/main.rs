@@ -33,7 +33,7 @@ enum LogFormat {
 #[derive(Subcommand)]
 enum Cmd {
     /// Run one node.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Run a local cluster on loopback in the foreground (Ctrl-C stops it).
     Dev(dev::DevArgs),
 }
@@ -55,7 +55,7 @@ async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     init_logging(cli.log_format);
     match cli.command {
-        Cmd::Serve(args) => serve(args).await,
+        Cmd::Serve(args) => serve(*args).await,
         Cmd::Dev(args) => dev::run(args).await,
     }
 }
