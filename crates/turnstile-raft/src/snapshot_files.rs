@@ -14,6 +14,9 @@ use turnstile_core::codec;
 
 use crate::types::{LogId, StoredMembership};
 
+/// Distinguishes concurrent writers' temporary files.
+static TMP_SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 /// Version of the snapshot file layout written today.
 pub const SNAPSHOT_FORMAT_VERSION: u32 = 1;
 
@@ -93,7 +96,10 @@ impl SnapshotDir {
     /// snapshot written late is deleted at once.
     pub fn write(&self, last_index: u64, bytes: &[u8]) -> io::Result<()> {
         let name = format!("snapshot-{last_index:020}.snap");
-        let tmp = self.dir.join(format!("{name}.tmp"));
+        // A unique temp name: a snapshot build and an install at the same index may write
+        // concurrently, and must not interleave bytes in one file.
+        let seq = TMP_SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tmp = self.dir.join(format!("{name}.{seq}.tmp"));
         let path = self.dir.join(&name);
         let mut file = File::create(&tmp)?;
         file.write_all(bytes)?;

@@ -2,7 +2,8 @@
 //! leader over the peer network, and wait for a leader (up to about two election timeouts)
 //! when none is known or reachable.
 //!
-//! Retrying is safe only while the request certainly was not appended: a `NotLeader` answer,
+//! Retrying is safe only while the request certainly was not appended: a `NotLeader` or
+//! `NoQuorum` answer (a leader without a valid quorum lease appends nothing),
 //! or a peer call that never left this node. Anything else that fails mid-flight is
 //! `Indeterminate`, and the client resolves it by retrying with the same `request_id`.
 
@@ -43,7 +44,9 @@ impl App {
                 Some(id) => self.forward(id, path, req, timeout_ms).await,
                 None => Err(RouteError::NotLeader { leader_id: None }),
             };
-            let Err(RouteError::NotLeader { .. }) = attempt else {
+            // Nothing was appended in either case: a leader elected a moment ago holds no
+            // quorum lease until its first round of acknowledgements, so wait for one.
+            let (Err(RouteError::NotLeader { .. }) | Err(RouteError::NoQuorum)) = attempt else {
                 return attempt;
             };
             let now = Instant::now();
