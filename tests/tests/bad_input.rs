@@ -362,3 +362,24 @@ async fn bad_input_gets_4xx_and_changes_nothing() -> anyhow::Result<()> {
     c.shutdown().await;
     Ok(())
 }
+
+/// Peer bodies far above the client limit (replication batches, snapshots) reach the handler:
+/// a 3 MiB undecodable body is refused as undecodable (400), not as too large (413), and one
+/// without the secret is refused (401).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn peer_routes_take_large_bodies_and_demand_the_secret() -> anyhow::Result<()> {
+    let c = Cluster::start(1).await?;
+    let http = reqwest::Client::new();
+    let big = vec![0xffu8; 3 * 1024 * 1024];
+    let resp = http
+        .post(c.url(1, "/raft/append"))
+        .header(turnstile_raft::network::SECRET_HEADER, "test-cluster-secret")
+        .body(big.clone())
+        .send()
+        .await?;
+    assert_eq!(resp.status().as_u16(), 400, "{}", resp.text().await?);
+    let resp = http.post(c.url(1, "/raft/append")).body(big).send().await?;
+    assert_eq!(resp.status().as_u16(), 401);
+    c.shutdown().await;
+    Ok(())
+}

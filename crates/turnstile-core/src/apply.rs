@@ -54,6 +54,17 @@ impl State {
                 outcome: Err(err),
             };
         }
+        if self.requests.len() >= limits::REQUEST_RECORDS_MAX {
+            let err = ApplyError::LimitReached {
+                limit: "request_records_max".into(),
+            };
+            return Response {
+                revision: index,
+                term,
+                replayed: false,
+                outcome: Err(err),
+            };
+        }
         let outcome = self.run(index, term, &env.command, expired);
         let response = Response {
             revision: index,
@@ -191,6 +202,15 @@ impl State {
                 holder_token,
             });
         }
+        let lease_full = self
+            .leases
+            .get(&lease_id)
+            .is_some_and(|l| l.locks.len() >= limits::LOCKS_PER_LEASE_MAX);
+        if lease_full {
+            return Err(ApplyError::LimitReached {
+                limit: "locks_per_lease_max".into(),
+            });
+        }
         let holder = Holder {
             lease_id,
             token: index,
@@ -294,6 +314,11 @@ impl State {
         if by.unsigned_abs() > limits::COUNTER_STEP_ABS_MAX.unsigned_abs() {
             return Err(ApplyError::Invalid {
                 reason: "counter step too large".into(),
+            });
+        }
+        if !self.counters.contains_key(name) && self.counters.len() >= limits::COUNTERS_MAX {
+            return Err(ApplyError::LimitReached {
+                limit: "counters_max".into(),
             });
         }
         let current = self.counters.get(name).copied().unwrap_or(0);

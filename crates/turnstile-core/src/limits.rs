@@ -25,9 +25,16 @@ pub const EXPIRE_LEASES_PER_ENTRY_MAX: usize = 1_024;
 /// How long a request-id record outlives its request when it concerns no live lease: a retry
 /// within this window gets the first outcome; after it, the id may act again.
 pub const REQUEST_RECORD_WINDOW_MS: u64 = 10 * 60 * 1_000;
-/// Most leases alive at once; a grant past it fails with `too_many_leases`.
+/// Most leases alive at once; a grant past it fails with `limit_reached`.
 pub const LEASES_MAX: usize = 1_000_000;
 /// Most keys stored at once.
 pub const KEYS_MAX: usize = 1_000_000;
+/// Most counters stored at once.
+pub const COUNTERS_MAX: usize = 1_000_000;
+/// Most locks one lease may hold at once.
+pub const LOCKS_PER_LEASE_MAX: usize = 10_000;
+/// Most request-id records kept at once; a request with a new id past it is refused with
+/// `limit_reached` rather than acting without a record (which would break idempotency).
+pub const REQUEST_RECORDS_MAX: usize = 1_000_000;
 /// Largest `|by|` of one counter increment.
 pub const COUNTER_STEP_ABS_MAX: i64 = 1 << 53;

@@ -86,8 +86,8 @@ async fn decide(app: &App) -> bool {
         tracing::error!(
             peer = id, cluster_id = ?st.cluster_id,
             "this node's data dir is empty but peer {id} already belongs to a cluster; this node will not vote or serve \
-             until it is re-added: `turnstile member remove {me}` then `turnstile member add {me} <addr>` and \
-             `turnstile member promote {me}` against the cluster",
+             until it is re-added through the leader (any node forwards): `DELETE /v1/members/{me}`, then \
+             `POST /v1/members {{\"id\": {me}, \"addr\": \"<ip:port>\"}}`, then `POST /v1/members/{me}/promote`",
             me = app.node_id()
         );
         return set(app, Phase::Awaiting);

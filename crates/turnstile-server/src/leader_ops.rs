@@ -57,7 +57,15 @@ impl App {
                 leader_id: self.current_leader(),
             });
         }
-        let sm_time_ms = self.sm.read().state.sm_time_ms;
+        let (sm_time_ms, has_cluster_id) = {
+            let inner = self.sm.read();
+            (inner.state.sm_time_ms, inner.state.cluster_id.is_some())
+        };
+        // Every grant carries the cluster id; until the new cluster has chosen one (the
+        // driver's first entry), client writes wait. Nothing is appended, so this retries.
+        if !has_cluster_id && !matches!(req.command, turnstile_core::Command::InitCluster { .. }) {
+            return Err(RouteError::NotLeader { leader_id: None });
+        }
         let now_ms = self.clock.now_ms(self.term(), sm_time_ms);
         let env = Envelope {
             now_ms,
@@ -119,6 +127,19 @@ impl App {
                 ReadAnswer::Fence(FenceView::of(state, name, *token))
             }
         })
+    }
+
+    /// [`App::member_local`] with a deadline; past it the change's outcome is unknown.
+    pub(crate) async fn member_bounded(
+        &self,
+        op: &MemberOp,
+        timeout_ms: u64,
+    ) -> Result<Result<(), String>, RouteError> {
+        let change = self.member_local(op);
+        let deadline = Duration::from_millis(timeout_ms);
+        tokio::time::timeout(deadline, change)
+            .await
+            .unwrap_or(Err(RouteError::Indeterminate))
     }
 
     /// Executes a membership change on the leader. The inner `Err` is a definite refusal

@@ -36,6 +36,10 @@ pub struct PeerStatus {
     pub phase: Phase,
 }
 
+/// Largest peer request body: replication batches (up to 8 MiB) and whole snapshots must
+/// fit, or a lagging follower could never catch up.
+pub const PEER_BODY_BYTES_MAX: usize = 256 * 1024 * 1024;
+
 /// The `/raft` router.
 pub fn router(app: Arc<App>) -> Router {
     Router::new()
@@ -49,6 +53,7 @@ pub fn router(app: Arc<App>) -> Router {
         .route(PREPARE_JOIN_PATH, post(prepare_join))
         .route(IDENTITY_PATH, get(identity))
         .layer(middleware::from_fn_with_state(app.clone(), gate))
+        .layer(axum::extract::DefaultBodyLimit::max(PEER_BODY_BYTES_MAX))
         .with_state(app)
 }
 
@@ -166,7 +171,10 @@ async fn read(State(app): State<Arc<App>>, body: Bytes) -> Response {
 
 async fn member(State(app): State<Arc<App>>, body: Bytes) -> Response {
     match decode::<MemberOp>(&body) {
-        Ok(op) => reply::<_, String>(Ok(app.member_local(&op).await)),
+        Ok(op) => {
+            let timeout_ms = app.cfg.request_timeout_ms * 6;
+            reply::<_, String>(Ok(app.member_bounded(&op, timeout_ms).await))
+        }
         Err(r) => *r,
     }
 }

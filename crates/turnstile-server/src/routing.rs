@@ -82,6 +82,17 @@ impl App {
             Err(PeerError::Refused { status: 503, .. }) => {
                 Err(RouteError::NotLeader { leader_id: None })
             }
+            // Wrong secret or another cluster: a misconfiguration, and nothing ran.
+            Err(
+                e @ PeerError::Refused {
+                    status: 401 | 409, ..
+                },
+            ) => {
+                tracing::error!(leader, error = %e, "leader refused this node's request");
+                Err(RouteError::Unavailable {
+                    reason: e.to_string(),
+                })
+            }
             Err(e) => {
                 tracing::warn!(leader, error = %e, "forwarded request failed mid-flight");
                 Err(RouteError::Indeterminate)

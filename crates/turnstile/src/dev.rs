@@ -15,13 +15,13 @@ use crate::{dev_addr, dev_data_dir, wait_for_signal};
 #[derive(Args)]
 pub struct DevArgs {
     /// Number of nodes: 1, 3 or 5.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, env = "TURNSTILE_NODES", default_value_t = 3)]
     nodes: u16,
     /// Port of node 1; node i listens on base-port + i - 1.
-    #[arg(long, default_value_t = 7001)]
+    #[arg(long, env = "TURNSTILE_BASE_PORT", default_value_t = 7001)]
     base_port: u16,
     /// Parent of the nodes' data dirs.
-    #[arg(long)]
+    #[arg(long, env = "TURNSTILE_DATA_DIR")]
     data_dir: Option<PathBuf>,
 }
 

@@ -70,7 +70,9 @@ pub async fn healthz() -> Json<Value> {
 /// Ready when this node is a member and knows a leader.
 pub async fn readyz(State(app): State<Arc<App>>) -> (StatusCode, Json<Value>) {
     let leader = app.current_leader();
-    let ready = app.phase() == Phase::Member && leader.is_some();
+    // A grant must carry a cluster id, so a node is ready only once the cluster has one.
+    let has_cluster_id = app.sm.read().state.cluster_id.is_some();
+    let ready = app.phase() == Phase::Member && leader.is_some() && has_cluster_id;
     let status = if ready {
         StatusCode::OK
     } else {

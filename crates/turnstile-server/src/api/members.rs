@@ -36,7 +36,9 @@ async fn run(app: Arc<App>, op: MemberOp) -> Result<Json<Value>, ApiError> {
     // Adding a learner waits for it to catch up; give it more than a client write.
     let timeout_ms = app.cfg.request_timeout_ms * 6;
     let result: Result<(), String> = app
-        .on_leader(MEMBER_PATH, &op, timeout_ms, || app.member_local(&op))
+        .on_leader(MEMBER_PATH, &op, timeout_ms, || {
+            app.member_bounded(&op, timeout_ms)
+        })
         .await?;
     result.map_err(ApiError::MemberRefused)?;
     Ok(list(State(app)).await)
