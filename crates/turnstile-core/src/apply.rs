@@ -2,18 +2,30 @@
 //!
 //! Order of work for every application entry: advance `sm_time`, expire every lease that is
 //! now due (so a keepalive, grant or release applied after a deadline fails even before an
-//! `Expire` entry commits), then the request-id check, then the command itself. Blank and
-//! membership entries only advance `applied_index`.
+//! `Expire` entry commits; the expiry frees locks and hands them to live waiters in this same
+//! entry), then the request-id check, then the command itself. Blank and membership entries
+//! only advance `applied_index`.
 
 use sha2::{Digest, Sha256};
 
 use crate::codec;
-use crate::command::{Command, Condition, Envelope, Fence};
+use crate::command::{Command, Condition, Envelope, Fence, LockMode};
+use crate::events::{Event, ReleaseCause};
 use crate::limits;
-use crate::response::{ApplyError, KeepaliveResult, Outcome, Response};
-use crate::state::{Holder, KeyRecord, Lease, Lock, RequestRecord, State};
+use crate::locks::{AcquireReq, Ctx};
+use crate::response::{ApplyError, KeepaliveResult, Notice, Outcome, Response};
+use crate::state::{KeyRecord, Lease, RequestRecord, State};
 
 type ApplyResult = Result<Outcome, ApplyError>;
+
+/// Everything applying one entry produced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Applied {
+    /// The answer to the entry's own request.
+    pub response: Response,
+    /// Final answers for queued waiters decided by this entry.
+    pub notices: Vec<Notice>,
+}
 
 impl State {
     /// Applies a blank or membership entry: only the applied index moves.
@@ -23,19 +35,35 @@ impl State {
 
     /// Applies one application entry at `index` of `term`.
     pub fn apply(&mut self, index: u64, term: u64, env: &Envelope) -> Response {
+        self.apply_full(index, term, env).response
+    }
+
+    /// Applies one application entry and also returns the waiter notices it produced.
+    pub fn apply_full(&mut self, index: u64, term: u64, env: &Envelope) -> Applied {
+        let mut notices = Vec::new();
+        let mut ctx = Ctx {
+            index,
+            term,
+            notices: &mut notices,
+        };
         self.applied_index = index;
         self.sm_time_ms = self.sm_time_ms.max(env.now_ms);
-        let expired = self.expire_due();
+        let expired = self.expire_due(&mut ctx);
         self.expire_request_records();
+        let response = self.apply_request(&mut ctx, env, expired);
+        Applied { response, notices }
+    }
 
+    fn apply_request(&mut self, ctx: &mut Ctx<'_>, env: &Envelope, expired: Vec<u64>) -> Response {
+        let (index, term) = (ctx.index, ctx.term);
+        let respond = |outcome| Response {
+            revision: index,
+            term,
+            replayed: false,
+            outcome,
+        };
         let Some(request_id) = env.request_id.as_deref() else {
-            let outcome = self.run(index, term, &env.command, expired);
-            return Response {
-                revision: index,
-                term,
-                replayed: false,
-                outcome,
-            };
+            return respond(self.run(ctx, &env.command, None, expired));
         };
         let sha = command_sha256(&env.command);
         if let Some(record) = self.requests.get(request_id) {
@@ -44,54 +72,73 @@ impl State {
                 response.replayed = true;
                 return response;
             }
-            let err = ApplyError::RequestIdReused {
+            return respond(Err(ApplyError::RequestIdReused {
                 request_id: request_id.to_string(),
-            };
-            return Response {
-                revision: index,
-                term,
-                replayed: false,
-                outcome: Err(err),
-            };
+            }));
         }
         if self.requests.len() >= limits::REQUEST_RECORDS_MAX {
-            let err = ApplyError::LimitReached {
+            return respond(Err(ApplyError::LimitReached {
                 limit: "request_records_max".into(),
-            };
-            return Response {
-                revision: index,
-                term,
-                replayed: false,
-                outcome: Err(err),
-            };
+            }));
         }
-        let outcome = self.run(index, term, &env.command, expired);
-        let response = Response {
-            revision: index,
-            term,
-            replayed: false,
-            outcome,
-        };
+        let response = respond(self.run(ctx, &env.command, Some(request_id), expired));
         self.record_request(request_id, sha, &env.command, &response);
         response
     }
 
-    fn run(&mut self, index: u64, term: u64, cmd: &Command, expired: Vec<u64>) -> ApplyResult {
+    fn run(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        cmd: &Command,
+        request_id: Option<&str>,
+        expired: Vec<u64>,
+    ) -> ApplyResult {
+        let index = ctx.index;
         match cmd {
             Command::Tick => Ok(Outcome::Applied),
             Command::InitCluster { cluster_id } => Ok(self.init_cluster(cluster_id)),
             Command::LeaseGrant { ttl_ms } => self.lease_grant(index, *ttl_ms),
             Command::LeaseKeepalive { lease_ids } => self.lease_keepalive(lease_ids),
-            Command::LeaseRevoke { lease_id } => self.lease_revoke(*lease_id),
+            Command::LeaseRevoke { lease_id } => self.lease_revoke(ctx, *lease_id),
             Command::Expire { .. } => Ok(Outcome::Expired { lease_ids: expired }),
             Command::LockAcquire { name, lease_id } => {
-                self.lock_acquire(index, term, name, *lease_id)
+                let names = [name.clone()];
+                let req = AcquireReq {
+                    names: &names,
+                    lease_id: *lease_id,
+                    mode: LockMode::Exclusive,
+                    permits: None,
+                    wait: false,
+                    waiter_id: None,
+                };
+                self.acquire(ctx, req)
+            }
+            Command::Acquire {
+                names,
+                lease_id,
+                mode,
+                permits,
+                wait,
+            } => {
+                let req = AcquireReq {
+                    names,
+                    lease_id: *lease_id,
+                    mode: *mode,
+                    permits: *permits,
+                    wait: *wait,
+                    waiter_id: request_id,
+                };
+                self.acquire(ctx, req)
             }
             Command::LockRelease {
                 name,
                 lease_id,
                 token,
-            } => self.lock_release(name, *lease_id, *token),
+            } => self.lock_release(ctx, name, *lease_id, *token),
+            Command::Cancel { waiter_id } => Ok(self.cancel(ctx, waiter_id)),
+            Command::AbortWaiter { waiter_id, cycle } => {
+                Ok(self.abort_waiter(ctx, waiter_id, cycle))
+            }
             Command::KvPut {
                 key,
                 value,
@@ -110,7 +157,7 @@ impl State {
                 key,
                 condition,
                 fence,
-            } => self.kv_delete(key, condition.as_ref(), fence.as_ref()),
+            } => self.kv_delete(index, key, condition.as_ref(), fence.as_ref()),
             Command::CounterIncr { name, by } => self.counter_incr(name, *by),
         }
     }
@@ -140,6 +187,7 @@ impl State {
             ttl_ms,
             deadline_ms,
             locks: Default::default(),
+            tickets: Default::default(),
             keys: Default::default(),
             request_ids: Default::default(),
         };
@@ -182,68 +230,31 @@ impl State {
         Ok(Outcome::LeasesKept { results })
     }
 
-    fn lease_revoke(&mut self, lease_id: u64) -> ApplyResult {
+    fn lease_revoke(&mut self, ctx: &mut Ctx<'_>, lease_id: u64) -> ApplyResult {
         if !self.leases.contains_key(&lease_id) {
             return Err(ApplyError::LeaseNotFound { lease_id });
         }
-        self.end_lease(lease_id);
+        self.end_lease(ctx, lease_id, ReleaseCause::Revoked);
         Ok(Outcome::LeaseRevoked { lease_id })
     }
 
-    fn lock_acquire(&mut self, index: u64, term: u64, name: &str, lease_id: u64) -> ApplyResult {
-        check_len("lock name", name, limits::LOCK_NAME_BYTES_MAX)?;
+    fn lock_release(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        name: &str,
+        lease_id: u64,
+        token: u64,
+    ) -> ApplyResult {
         if !self.lease_is_live(lease_id) {
             return Err(ApplyError::LeaseNotFound { lease_id });
         }
-        if let Some(lock) = self.locks.get(name) {
-            let holder_token = lock.holder.token;
-            return Err(ApplyError::LockHeld {
-                name: name.to_string(),
-                holder_token,
-            });
-        }
-        let lease_full = self
-            .leases
-            .get(&lease_id)
-            .is_some_and(|l| l.locks.len() >= limits::LOCKS_PER_LEASE_MAX);
-        if lease_full {
-            return Err(ApplyError::LimitReached {
-                limit: "locks_per_lease_max".into(),
-            });
-        }
-        let holder = Holder {
-            lease_id,
-            token: index,
-            term,
-            since_ms: self.sm_time_ms,
-        };
-        self.locks.insert(name.to_string(), Lock { holder });
-        self.lease_mut(lease_id)?.locks.insert(name.to_string());
-        Ok(Outcome::LockGranted {
-            name: name.to_string(),
-            token: index,
-            term,
-            lease_id,
-        })
-    }
-
-    fn lock_release(&mut self, name: &str, lease_id: u64, token: u64) -> ApplyResult {
-        if !self.lease_is_live(lease_id) {
-            return Err(ApplyError::LeaseNotFound { lease_id });
-        }
-        let holds = self
-            .locks
-            .get(name)
-            .is_some_and(|l| l.holder.lease_id == lease_id && l.holder.token == token);
-        if !holds {
+        if !self.release_hold(ctx, name, lease_id, token, ReleaseCause::Released) {
             return Err(ApplyError::NotHolder {
                 name: name.to_string(),
                 lease_id,
                 token,
             });
         }
-        self.locks.remove(name);
-        self.lease_mut(lease_id)?.locks.remove(name);
         Ok(Outcome::LockReleased {
             name: name.to_string(),
         })
@@ -267,19 +278,21 @@ impl State {
             return Err(ApplyError::LeaseNotFound { lease_id });
         }
         self.check_guards(key, condition, fence)?;
-        let previous = self.keys.remove(key);
-        if previous.is_none() && self.keys.len() >= limits::KEYS_MAX {
+        if !self.keys.contains_key(key) && self.keys.len() >= limits::KEYS_MAX {
             return Err(ApplyError::LimitReached {
                 limit: "keys_max".into(),
             });
         }
-        if let Some(old_lease) = previous.as_ref().and_then(|p| p.lease_id) {
-            if let Some(lease) = self.leases.get_mut(&old_lease) {
-                lease.keys.remove(key);
-            }
+        let previous = self.keys.remove(key);
+        if let Some(lease) = previous
+            .as_ref()
+            .and_then(|p| p.lease_id)
+            .and_then(|id| self.leases.get_mut(&id))
+        {
+            lease.keys.remove(key);
         }
-        if let Some(lease_id) = lease_id {
-            self.lease_mut(lease_id)?.keys.insert(key.to_string());
+        if let Some(lease) = lease_id.and_then(|id| self.leases.get_mut(&id)) {
+            lease.keys.insert(key.to_string());
         }
         let record = KeyRecord {
             value: value.to_string(),
@@ -289,6 +302,14 @@ impl State {
             lease_id,
         };
         self.keys.insert(key.to_string(), record);
+        self.push_event(
+            index,
+            Event::Put {
+                key: key.to_string(),
+                value: value.to_string(),
+                lease_id,
+            },
+        );
         Ok(Outcome::KvWritten {
             key: key.to_string(),
         })
@@ -296,13 +317,14 @@ impl State {
 
     fn kv_delete(
         &mut self,
+        index: u64,
         key: &str,
         condition: Option<&Condition>,
         fence: Option<&Fence>,
     ) -> ApplyResult {
         check_len("key", key, limits::KEY_BYTES_MAX)?;
         self.check_guards(key, condition, fence)?;
-        let existed = self.delete_key(key);
+        let existed = self.delete_key(index, key);
         Ok(Outcome::KvDeleted {
             key: key.to_string(),
             existed,
@@ -334,6 +356,16 @@ impl State {
         })
     }
 
+    /// The token of the lock's current exclusive grant, if it has exactly one (semaphores and
+    /// shared holds cannot fence).
+    pub fn exclusive_token(&self, lock: &str) -> Option<u64> {
+        let l = self.locks.get(lock)?;
+        match l.holders.as_slice() {
+            [h] if l.permits == 1 && h.mode == LockMode::Exclusive => Some(h.token),
+            _ => None,
+        }
+    }
+
     /// Fence first (a superseded holder must learn it is fenced), then the condition.
     fn check_guards(
         &self,
@@ -342,7 +374,7 @@ impl State {
         fence: Option<&Fence>,
     ) -> Result<(), ApplyError> {
         if let Some(fence) = fence {
-            let current_token = self.locks.get(&fence.lock).map(|l| l.holder.token);
+            let current_token = self.exclusive_token(&fence.lock);
             if current_token != Some(fence.token) {
                 return Err(ApplyError::Fenced {
                     lock: fence.lock.clone(),
@@ -368,26 +400,57 @@ impl State {
     }
 
     /// Expires every lease due at the current `sm_time`; returns their ids.
-    fn expire_due(&mut self) -> Vec<u64> {
+    fn expire_due(&mut self, ctx: &mut Ctx<'_>) -> Vec<u64> {
         let due = self.leases_due_at(self.sm_time_ms, usize::MAX);
         for &lease_id in &due {
-            self.end_lease(lease_id);
+            self.push_event(ctx.index, Event::LeaseExpired { lease_id });
+            self.end_lease(ctx, lease_id, ReleaseCause::Expired);
         }
         due
     }
 
-    /// Ends a lease: frees its locks, deletes its keys, and moves its request records onto
-    /// the expiry window so a retry shortly after still sees the first outcome.
-    fn end_lease(&mut self, lease_id: u64) {
+    /// Ends a lease: fails its queued waits with `lease_not_found`, frees its locks (handing
+    /// them to live waiters), deletes its keys, and moves its request records onto the expiry
+    /// window so a retry shortly after still sees the first outcome.
+    fn end_lease(&mut self, ctx: &mut Ctx<'_>, lease_id: u64, cause: ReleaseCause) {
+        let Some(lease) = self.leases.get(&lease_id) else {
+            return;
+        };
+        let tickets: Vec<String> = lease.tickets.iter().cloned().collect();
+        let mut affected = std::collections::BTreeSet::new();
+        for waiter_id in tickets {
+            if let Some(t) =
+                self.drop_ticket(ctx, &waiter_id, Err(ApplyError::LeaseNotFound { lease_id }))
+            {
+                affected.extend(t.names);
+            }
+        }
         let Some(lease) = self.leases.remove(&lease_id) else {
             return;
         };
         self.lease_deadlines.remove(&(lease.deadline_ms, lease_id));
         for name in &lease.locks {
-            self.locks.remove(name);
+            let token = self.locks.get_mut(name).and_then(|l| {
+                let pos = l.holders.iter().position(|h| h.lease_id == lease_id)?;
+                Some(l.holders.remove(pos).token)
+            });
+            if let Some(token) = token {
+                self.push_event(
+                    ctx.index,
+                    Event::LockReleased {
+                        name: name.clone(),
+                        lease_id,
+                        token,
+                        cause,
+                    },
+                );
+                affected.insert(name.clone());
+            }
         }
+        self.pump(ctx, affected);
         for key in &lease.keys {
             self.keys.remove(key);
+            self.push_event(ctx.index, Event::Delete { key: key.clone() });
         }
         let expires_ms = self
             .sm_time_ms
@@ -401,13 +464,19 @@ impl State {
         }
     }
 
-    fn delete_key(&mut self, key: &str) -> bool {
+    fn delete_key(&mut self, index: u64, key: &str) -> bool {
         let Some(record) = self.keys.remove(key) else {
             return false;
         };
         if let Some(lease) = record.lease_id.and_then(|id| self.leases.get_mut(&id)) {
             lease.keys.remove(key);
         }
+        self.push_event(
+            index,
+            Event::Delete {
+                key: key.to_string(),
+            },
+        );
         true
     }
 
@@ -457,15 +526,9 @@ impl State {
             }
         }
     }
-
-    fn lease_mut(&mut self, lease_id: u64) -> Result<&mut Lease, ApplyError> {
-        self.leases
-            .get_mut(&lease_id)
-            .ok_or(ApplyError::LeaseNotFound { lease_id })
-    }
 }
 
-fn check_len(what: &str, s: &str, max: usize) -> Result<(), ApplyError> {
+pub(crate) fn check_len(what: &str, s: &str, max: usize) -> Result<(), ApplyError> {
     if s.is_empty() || s.len() > max {
         return Err(ApplyError::Invalid {
             reason: format!("{what} must be 1..={max} bytes"),
@@ -481,3 +544,7 @@ fn command_sha256(cmd: &Command) -> [u8; 32] {
 #[cfg(test)]
 #[path = "apply_test.rs"]
 mod apply_test;
+
+#[cfg(test)]
+#[path = "locks_test.rs"]
+mod locks_test;

@@ -95,7 +95,7 @@ fn grant_release_regrant_tokens_increase() {
         sm.at(5, release("x", b, t1)).outcome,
         Err(ApplyError::NotHolder { .. })
     ));
-    assert_eq!(sm.state.locks["x"].holder.token, t2);
+    assert_eq!(sm.state.locks["x"].holders[0].token, t2);
 }
 
 #[test]
@@ -120,7 +120,7 @@ fn lease_judged_in_apply() {
         };
         assert_eq!(results[0].remaining_ms.is_some(), survives, "{what}");
         assert_eq!(
-            sm.state.locks.get("x").map(|l| l.holder.token) == Some(tok),
+            sm.state.locks.get("x").map(|l| l.holders[0].token) == Some(tok),
             survives,
             "{what}"
         );

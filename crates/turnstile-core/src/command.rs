@@ -58,6 +58,40 @@ pub enum Command {
     },
     /// Adds `by` to a counter (created at 0).
     CounterIncr { name: String, by: i64 },
+    /// Acquires one lock, or several atomically (all or nothing, one entry), in `mode`. With
+    /// `wait`, a request that cannot be granted now is queued FIFO under the envelope's
+    /// `request_id` (its waiter id) and answered later by the entry that grants it.
+    Acquire {
+        names: Vec<String>,
+        lease_id: u64,
+        mode: LockMode,
+        /// Semaphore size; fixed by the first acquire of an idle lock (1 unless given).
+        permits: Option<u32>,
+        wait: bool,
+    },
+    /// Withdraws a waiter (timeout, client cancel, dropped connection). Dequeues it, or, if
+    /// its grant won the race, releases that grant.
+    Cancel { waiter_id: String },
+    /// Fails a waiter chosen as a deadlock victim, only if it is still deadlocked at apply.
+    AbortWaiter { waiter_id: String, cycle: Vec<u64> },
+}
+
+/// How a lock is held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum LockMode {
+    /// Excludes every other holder (on a semaphore: takes one permit).
+    Exclusive,
+    /// Shares the lock with other shared holders, excludes exclusive ones.
+    Shared,
+}
+
+impl LockMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LockMode::Exclusive => "exclusive",
+            LockMode::Shared => "shared",
+        }
+    }
 }
 
 /// A compare for conditional key writes.
@@ -84,6 +118,7 @@ impl Command {
         match self {
             Command::LeaseRevoke { lease_id }
             | Command::LockAcquire { lease_id, .. }
+            | Command::Acquire { lease_id, .. }
             | Command::LockRelease { lease_id, .. } => Some(*lease_id),
             Command::KvPut { lease_id, .. } => *lease_id,
             _ => None,
@@ -104,6 +139,9 @@ impl Command {
             Command::KvPut { .. } => "kv_put",
             Command::KvDelete { .. } => "kv_delete",
             Command::CounterIncr { .. } => "counter_incr",
+            Command::Acquire { .. } => "acquire",
+            Command::Cancel { .. } => "cancel",
+            Command::AbortWaiter { .. } => "abort_waiter",
         }
     }
 }

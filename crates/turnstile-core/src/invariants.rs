@@ -47,8 +47,19 @@ impl State {
                 ));
             }
             for name in &lease.locks {
-                if self.locks.get(name).map(|l| l.holder.lease_id) != Some(id) {
+                if !self
+                    .locks
+                    .get(name)
+                    .is_some_and(|l| l.holders.iter().any(|h| h.lease_id == id))
+                {
                     return fail(format!("lease {id} lists lock {name} it does not hold"));
+                }
+            }
+            for w in &lease.tickets {
+                if self.tickets.get(w).map(|t| t.lease_id) != Some(id) {
+                    return fail(format!(
+                        "lease {id} lists waiter {w} that is not its ticket"
+                    ));
                 }
             }
             for key in &lease.keys {
@@ -67,24 +78,97 @@ impl State {
 
     fn check_locks(&self) -> Result<(), InvariantViolation> {
         for (name, lock) in &self.locks {
-            let h = &lock.holder;
-            let Some(lease) = self.leases.get(&h.lease_id) else {
-                return fail(format!("lock {name} held by missing lease {}", h.lease_id));
+            if lock.holders.is_empty() && lock.queue.is_empty() {
+                return fail(format!("idle lock {name} is stored"));
+            }
+            let exclusive = lock
+                .holders
+                .iter()
+                .filter(|h| h.mode == crate::LockMode::Exclusive)
+                .count();
+            let over = if lock.permits > 1 {
+                lock.holders.len() > lock.permits as usize || exclusive != lock.holders.len()
+            } else {
+                exclusive > 1 || (exclusive == 1 && lock.holders.len() > 1)
             };
-            if !lease.locks.contains(name) {
+            if over {
                 return fail(format!(
-                    "lock {name} not listed by its lease {}",
-                    h.lease_id
+                    "lock {name} has incompatible holders {:?}",
+                    lock.holders
                 ));
             }
-            if h.token > self.applied_index || h.token < h.lease_id {
+            let mut leases = std::collections::BTreeSet::new();
+            for h in &lock.holders {
+                if !leases.insert(h.lease_id) {
+                    return fail(format!("lock {name} held twice by lease {}", h.lease_id));
+                }
+                if !self
+                    .leases
+                    .get(&h.lease_id)
+                    .is_some_and(|l| l.locks.contains(name))
+                {
+                    return fail(format!(
+                        "lock {name} held by lease {} that does not list it",
+                        h.lease_id
+                    ));
+                }
+                if h.token > self.applied_index
+                    || h.token < h.lease_id
+                    || h.since_ms > self.sm_time_ms
+                {
+                    return fail(format!("lock {name} holder {h:?} out of range"));
+                }
+            }
+            for w in &lock.queue {
+                if !self
+                    .tickets
+                    .get(w)
+                    .is_some_and(|t| t.names.iter().any(|n| n == name))
+                {
+                    return fail(format!(
+                        "lock {name} queues {w} whose ticket does not name it"
+                    ));
+                }
+            }
+            // A head that could be granted must have been granted by the entry that made room.
+            if let Some(w) = lock.queue.front() {
+                if let Some(t) = self.tickets.get(w) {
+                    let ready = t.names.iter().all(|n| {
+                        self.locks.get(n).is_some_and(|l| {
+                            l.queue.front() == Some(w) && crate::locks::room_for(l, t.mode)
+                        })
+                    });
+                    if ready {
+                        return fail(format!(
+                            "waiter {w} heads every queue with room but was not granted"
+                        ));
+                    }
+                }
+            }
+        }
+        for (w, t) in &self.tickets {
+            if !self
+                .leases
+                .get(&t.lease_id)
+                .is_some_and(|l| l.tickets.contains(w))
+            {
                 return fail(format!(
-                    "lock {name} token {} outside [lease {}, applied {}]",
-                    h.token, h.lease_id, self.applied_index
+                    "ticket {w} of missing or unlisting lease {}",
+                    t.lease_id
                 ));
             }
-            if h.since_ms > self.sm_time_ms {
-                return fail(format!("lock {name} granted in the future"));
+            for n in &t.names {
+                if !self.locks.get(n).is_some_and(|l| l.queue.contains(w)) {
+                    return fail(format!("ticket {w} not queued on {n}"));
+                }
+            }
+        }
+        if let Some((&(r, _), _)) = self.events.last_key_value() {
+            if r > self.applied_index {
+                return fail(format!(
+                    "event at revision {r} after applied index {}",
+                    self.applied_index
+                ));
             }
         }
         Ok(())

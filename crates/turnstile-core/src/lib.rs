@@ -5,7 +5,9 @@
 //! - [`command`]: what a log entry carries ([`Envelope`], [`Command`]); append-only enum.
 //! - [`response`]: what applying an entry returns ([`Response`], [`Outcome`], [`ApplyError`]).
 //! - [`state`]: the replicated records (keys, leases, locks, counters, request records).
-//! - [`apply`]: `State::apply`, the only way state changes.
+//! - [`apply`]: `State::apply`, the only way state changes; `locks` is its lock engine
+//!   (modes, semaphores, queues, multi-lock), [`deadlock`] the wait-for graph, [`events`]
+//!   the replicated watch history.
 //! - [`invariants`]: cross-record checks, run after every apply in tests.
 //! - [`codec`]: versioned bincode encodings of entries and state, and the state digest.
 //!
@@ -15,11 +17,17 @@
 pub mod apply;
 pub mod codec;
 pub mod command;
+pub mod deadlock;
+pub mod events;
 pub mod invariants;
 pub mod limits;
+mod locks;
 pub mod response;
 pub mod state;
 
-pub use command::{Command, Condition, Envelope, Fence};
-pub use response::{ApplyError, KeepaliveResult, Outcome, Response};
-pub use state::{Holder, KeyRecord, Lease, Lock, RequestRecord, State};
+pub use apply::Applied;
+pub use command::{Command, Condition, Envelope, Fence, LockMode};
+pub use deadlock::{Victim, VictimPolicy};
+pub use events::{Event, ReleaseCause};
+pub use response::{ApplyError, KeepaliveResult, Notice, Outcome, Response};
+pub use state::{Holder, KeyRecord, Lease, Lock, RequestRecord, State, Ticket};

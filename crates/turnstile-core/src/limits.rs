@@ -38,3 +38,12 @@ pub const LOCKS_PER_LEASE_MAX: usize = 10_000;
 pub const REQUEST_RECORDS_MAX: usize = 1_000_000;
 /// Largest `|by|` of one counter increment.
 pub const COUNTER_STEP_ABS_MAX: i64 = 1 << 53;
+/// Most waiters queued on one lock; an acquire past it fails with `limit_reached`.
+pub const WAITERS_PER_LOCK_MAX: usize = 10_000;
+/// Most locks in one `acquire-many`.
+pub const LOCKS_PER_ACQUIRE_MAX: usize = 64;
+/// Largest semaphore (`permits`).
+pub const PERMITS_MAX: u32 = 10_000;
+/// Watch events retained in the replicated history; a watch starting before the oldest gets
+/// `compacted`.
+pub const WATCH_HISTORY_EVENTS_MAX: usize = 10_000;

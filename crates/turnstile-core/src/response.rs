@@ -3,6 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::command::LockMode;
+
 /// The result of applying one entry.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Response {
@@ -36,11 +38,27 @@ pub enum Outcome {
     Expired {
         lease_ids: Vec<u64>,
     },
-    LockGranted {
-        name: String,
+    /// Locks granted by this entry (one, or all of an `acquire-many`), sharing its index.
+    Granted {
+        names: Vec<String>,
         token: u64,
         term: u64,
         lease_id: u64,
+        mode: LockMode,
+    },
+    /// The acquire waits in the queue under `waiter_id`; a later entry answers it.
+    Queued {
+        waiter_id: String,
+    },
+    /// A `Cancel` entry: `released` when the waiter's grant had already won and was released.
+    Cancelled {
+        waiter_id: String,
+        released: bool,
+    },
+    /// An `AbortWaiter` entry: `aborted` is false when the deadlock no longer existed.
+    Aborted {
+        waiter_id: String,
+        aborted: bool,
     },
     LockReleased {
         name: String,
@@ -96,13 +114,27 @@ pub enum ApplyError {
     LimitReached { limit: String },
     #[error("invalid command: {reason}")]
     Invalid { reason: String },
+    #[error("wait for {waiter_id} ended before a grant")]
+    WaitTimeout { waiter_id: String },
+    #[error("lock {name}: {reason}")]
+    ModeMismatch { name: String, reason: String },
+    #[error("deadlock: waiter {waiter_id} aborted to break the cycle of leases {cycle:?}")]
+    DeadlockVictim { waiter_id: String, cycle: Vec<u64> },
+}
+
+/// A final answer for a waiter, produced by the entry that decided it (grant, lease end,
+/// cancel, deadlock abort). Only the node holding the waiter's request sends it on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Notice {
+    pub waiter_id: String,
+    pub response: Response,
 }
 
 impl Response {
     /// The granted lock's token, if this response is a grant.
     pub fn token(&self) -> Option<u64> {
         match &self.outcome {
-            Ok(Outcome::LockGranted { token, .. }) => Some(*token),
+            Ok(Outcome::Granted { token, .. }) => Some(*token),
             _ => None,
         }
     }

@@ -1,10 +1,12 @@
 //! The replicated records. Everything is in ordered maps so that encoding the state is
 //! deterministic: two replicas that applied the same log encode to the same bytes.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
+use crate::command::LockMode;
+use crate::events::Event;
 use crate::response::Response;
 
 /// The whole state machine.
@@ -20,12 +22,18 @@ pub struct State {
     pub leases: BTreeMap<u64, Lease>,
     /// `(deadline_ms, lease_id)` of every lease, so due leases are found without a scan.
     pub lease_deadlines: BTreeSet<(u64, u64)>,
-    /// Only locks with a holder are stored; an idle lock is absent.
+    /// Only locks with a holder or a waiter are stored; an idle lock is absent.
     pub locks: BTreeMap<String, Lock>,
+    /// Queued acquires by waiter id (the acquire's request id).
+    pub tickets: BTreeMap<String, Ticket>,
     pub counters: BTreeMap<String, i64>,
     pub requests: BTreeMap<String, RequestRecord>,
     /// `(expires_ms, request_id)` of records that no longer concern a live lease.
     pub request_expiries: BTreeSet<(u64, String)>,
+    /// Watch history by `(revision, seq)`, bounded by `WATCH_HISTORY_EVENTS_MAX`.
+    pub events: BTreeMap<(u64, u32), Event>,
+    /// Highest revision some of whose events were dropped from the history (0: none).
+    pub events_compacted_through: u64,
 }
 
 /// One key.
@@ -47,19 +55,26 @@ pub struct Lease {
     pub deadline_ms: u64,
     /// Locks this lease holds.
     pub locks: BTreeSet<String>,
+    /// Waiter ids of this lease's queued acquires.
+    pub tickets: BTreeSet<String>,
     /// Keys bound to this lease (deleted when it ends).
     pub keys: BTreeSet<String>,
     /// Request-id records that live as long as this lease.
     pub request_ids: BTreeSet<String>,
 }
 
-/// One held lock.
+/// One lock with its holders and FIFO queue.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Lock {
-    pub holder: Holder,
+    /// 1 for a read-write lock; N for a semaphore. Fixed while the lock is not idle.
+    pub permits: u32,
+    /// Current grants, in grant order.
+    pub holders: Vec<Holder>,
+    /// Waiter ids in commit order of their enqueue.
+    pub queue: VecDeque<String>,
 }
 
-/// The current exclusive grant of a lock.
+/// One grant of a lock.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Holder {
     pub lease_id: u64,
@@ -69,6 +84,20 @@ pub struct Holder {
     pub term: u64,
     /// `sm_time_ms` at the grant.
     pub since_ms: u64,
+    pub mode: LockMode,
+}
+
+/// A queued acquire of one or several locks (all granted together).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ticket {
+    pub lease_id: u64,
+    /// Sorted, distinct lock names.
+    pub names: Vec<String>,
+    pub mode: LockMode,
+    /// `sm_time_ms` at the enqueue.
+    pub since_ms: u64,
+    /// Index of the entry that enqueued it.
+    pub enqueued_index: u64,
 }
 
 /// The stored first outcome of a request made with a `request_id`.

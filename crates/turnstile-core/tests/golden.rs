@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 
 use turnstile_core::codec;
-use turnstile_core::{Command, Condition, Envelope, Fence, State};
+use turnstile_core::{Command, Condition, Envelope, Fence, LockMode, State};
 
 fn golden_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden")
@@ -121,6 +121,51 @@ fn sample_envelopes() -> Vec<(&'static str, Envelope)> {
                 },
             ),
         ),
+        (
+            "v1_acquire_many_wait",
+            env(
+                Some("w-1"),
+                Command::Acquire {
+                    names: vec!["a".into(), "b".into()],
+                    lease_id: 3,
+                    mode: LockMode::Exclusive,
+                    permits: None,
+                    wait: true,
+                },
+            ),
+        ),
+        (
+            "v1_acquire_shared",
+            env(
+                Some("w-2"),
+                Command::Acquire {
+                    names: vec!["a".into()],
+                    lease_id: 3,
+                    mode: LockMode::Shared,
+                    permits: Some(1),
+                    wait: false,
+                },
+            ),
+        ),
+        (
+            "v1_cancel",
+            env(
+                None,
+                Command::Cancel {
+                    waiter_id: "w-1".into(),
+                },
+            ),
+        ),
+        (
+            "v1_abort_waiter",
+            env(
+                None,
+                Command::AbortWaiter {
+                    waiter_id: "w-1".into(),
+                    cycle: vec![3, 4],
+                },
+            ),
+        ),
     ]
 }
 
@@ -170,6 +215,27 @@ fn sample_state() -> State {
         ),
         (None, Command::LeaseGrant { ttl_ms: 1_000 }), // lease 7, expires below
         (None, Command::Tick),
+        (Some("grant2"), Command::LeaseGrant { ttl_ms: 60_000 }), // lease 9
+        (
+            Some("wait"),
+            Command::Acquire {
+                names: vec!["jobs".into()],
+                lease_id: 9,
+                mode: LockMode::Exclusive,
+                permits: None,
+                wait: true,
+            },
+        ),
+        (
+            None,
+            Command::Acquire {
+                names: vec!["sem".into()],
+                lease_id: 9,
+                mode: LockMode::Exclusive,
+                permits: Some(3),
+                wait: false,
+            },
+        ),
     ];
     let mut state = State::default();
     for (i, (request_id, command)) in cmds.into_iter().enumerate() {
@@ -207,7 +273,11 @@ fn state_decodes_from_golden_file() {
     let path = golden_dir().join("v1_state.bin");
     let state = sample_state();
     assert!(
-        !state.locks.is_empty() && state.keys.len() == 2 && state.requests.len() == 3,
+        !state.locks.is_empty()
+            && state.keys.len() == 2
+            && state.requests.len() == 5
+            && state.tickets.len() == 1
+            && !state.events.is_empty(),
         "sample state is not trivial: {state:?}"
     );
     if bless() {

@@ -4,7 +4,7 @@
 
 use proptest::prelude::*;
 use turnstile_core::codec;
-use turnstile_core::{Command, Condition, Envelope, Fence, State};
+use turnstile_core::{Command, Condition, Envelope, Fence, LockMode, State};
 
 const NAMES: &[&str] = &["a", "b", "c"];
 
@@ -31,6 +31,10 @@ fn fence() -> impl Strategy<Value = Option<Fence>> {
         Just(None),
         (name(), id()).prop_map(|(lock, token)| Some(Fence { lock, token }))
     ]
+}
+
+fn waiter() -> impl Strategy<Value = String> {
+    prop::sample::select(&["r1", "r2", "r3", "r4", "r5"][..]).prop_map(str::to_string)
 }
 
 fn command() -> impl Strategy<Value = Command> {
@@ -65,6 +69,29 @@ fn command() -> impl Strategy<Value = Command> {
             fence
         }),
         (name(), -5i64..5).prop_map(|(name, by)| Command::CounterIncr { name, by }),
+        (
+            prop::collection::vec(name(), 1..3),
+            id(),
+            prop::bool::ANY,
+            prop::option::of(1u32..3),
+            prop::bool::ANY
+        )
+            .prop_map(
+                |(names, lease_id, shared, permits, wait)| Command::Acquire {
+                    names,
+                    lease_id,
+                    mode: if shared {
+                        LockMode::Shared
+                    } else {
+                        LockMode::Exclusive
+                    },
+                    permits,
+                    wait,
+                }
+            ),
+        waiter().prop_map(|waiter_id| Command::Cancel { waiter_id }),
+        (waiter(), prop::collection::vec(id(), 0..3))
+            .prop_map(|(waiter_id, cycle)| Command::AbortWaiter { waiter_id, cycle }),
     ]
 }
 
@@ -73,7 +100,7 @@ fn command() -> impl Strategy<Value = Command> {
 fn entry() -> impl Strategy<Value = (u64, Option<String>, Command, bool)> {
     (
         0u64..1_500,
-        prop::option::of(prop::sample::select(&["r1", "r2", "r3"][..]).prop_map(str::to_string)),
+        prop::option::of(waiter()),
         command(),
         prop::bool::weighted(0.05),
     )
@@ -125,7 +152,8 @@ proptest! {
         let (_, responses) = replay(&log);
         let mut last: std::collections::BTreeMap<String, u64> = Default::default();
         for r in responses.iter().filter(|r| !r.replayed) {
-            if let Ok(turnstile_core::Outcome::LockGranted { name, token, .. }) = &r.outcome {
+            if let Ok(turnstile_core::Outcome::Granted { names, token, mode: turnstile_core::LockMode::Exclusive, .. }) = &r.outcome {
+                let name = &names[0];
                 let prev = last.insert(name.clone(), *token);
                 prop_assert!(prev.is_none_or(|p| p < *token), "token {} after {:?} on {}", token, prev, name);
                 prop_assert_eq!(*token, r.revision);

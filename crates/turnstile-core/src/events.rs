@@ -1,0 +1,112 @@
+//! Watch events: derived from applied entries and kept, bounded, in the replicated state, so
+//! every node emits the same stream with the same `(revision, seq)` ids, and a watcher can
+//! resume on any node, across restarts, for as long as the history retains its position.
+
+use serde::{Deserialize, Serialize};
+
+use crate::command::LockMode;
+use crate::limits;
+use crate::state::State;
+
+/// Why a lock hold ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ReleaseCause {
+    /// Released by its holder.
+    Released,
+    /// Its lease expired.
+    Expired,
+    /// Its lease was revoked.
+    Revoked,
+    /// The waiter's grant was withdrawn by a `Cancel` that lost the race.
+    Cancelled,
+}
+
+impl ReleaseCause {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReleaseCause::Released => "released",
+            ReleaseCause::Expired => "expired",
+            ReleaseCause::Revoked => "revoked",
+            ReleaseCause::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// One watch event.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Event {
+    Put {
+        key: String,
+        value: String,
+        lease_id: Option<u64>,
+    },
+    Delete {
+        key: String,
+    },
+    LockGranted {
+        name: String,
+        lease_id: u64,
+        token: u64,
+        mode: LockMode,
+    },
+    LockReleased {
+        name: String,
+        lease_id: u64,
+        token: u64,
+        cause: ReleaseCause,
+    },
+    LeaseExpired {
+        lease_id: u64,
+    },
+}
+
+impl Event {
+    /// The SSE event name.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Event::Put { .. } => "put",
+            Event::Delete { .. } => "delete",
+            Event::LockGranted { .. } => "lock_granted",
+            Event::LockReleased { .. } => "lock_released",
+            Event::LeaseExpired { .. } => "lease_expired",
+        }
+    }
+
+    /// The key or lock name a watch filter matches against; `None` for lease events, which
+    /// only an unfiltered watch sees.
+    pub fn subject(&self) -> Option<&str> {
+        match self {
+            Event::Put { key, .. } | Event::Delete { key } => Some(key),
+            Event::LockGranted { name, .. } | Event::LockReleased { name, .. } => Some(name),
+            Event::LeaseExpired { .. } => None,
+        }
+    }
+}
+
+impl State {
+    /// Records an event of the entry at `revision`, dropping the oldest past the bound.
+    pub(crate) fn push_event(&mut self, revision: u64, event: Event) {
+        let seq = match self.events.last_key_value() {
+            Some((&(r, s), _)) if r == revision => s + 1,
+            _ => 0,
+        };
+        self.events.insert((revision, seq), event);
+        while self.events.len() > limits::WATCH_HISTORY_EVENTS_MAX {
+            if let Some(((r, _), _)) = self.events.pop_first() {
+                self.events_compacted_through = self.events_compacted_through.max(r);
+            }
+        }
+    }
+
+    /// The first retained position at or after `revision`, or `Err(oldest)` when events at
+    /// `revision` may already have been dropped (the watcher must be told `compacted`).
+    pub fn events_from(
+        &self,
+        revision: u64,
+    ) -> Result<impl Iterator<Item = (&(u64, u32), &Event)>, u64> {
+        if self.events_compacted_through > 0 && revision <= self.events_compacted_through {
+            return Err(self.events_compacted_through + 1);
+        }
+        Ok(self.events.range((revision, 0)..))
+    }
+}
