@@ -2,6 +2,8 @@
 //! every node emits the same stream with the same `(revision, seq)` ids, and a watcher can
 //! resume on any node, across restarts, for as long as the history retains its position.
 
+use std::ops::Bound;
+
 use serde::{Deserialize, Serialize};
 
 use crate::command::LockMode;
@@ -92,21 +94,41 @@ impl State {
         };
         self.events.insert((revision, seq), event);
         while self.events.len() > limits::WATCH_HISTORY_EVENTS_MAX {
-            if let Some(((r, _), _)) = self.events.pop_first() {
-                self.events_compacted_through = self.events_compacted_through.max(r);
+            if let Some((pos, _)) = self.events.pop_first() {
+                self.events_dropped_through = Some(pos);
             }
         }
     }
 
-    /// The first retained position at or after `revision`, or `Err(oldest)` when events at
-    /// `revision` may already have been dropped (the watcher must be told `compacted`).
-    pub fn events_from(
+    /// Events strictly after position `after`, or `Err(oldest_revision)` when some of them
+    /// were already dropped from the history (the watcher must be told `compacted`).
+    pub fn events_after(
         &self,
-        revision: u64,
+        after: (u64, u32),
     ) -> Result<impl Iterator<Item = (&(u64, u32), &Event)>, u64> {
-        if self.events_compacted_through > 0 && revision <= self.events_compacted_through {
-            return Err(self.events_compacted_through + 1);
+        if self
+            .events_dropped_through
+            .is_some_and(|dropped| dropped > after)
+        {
+            return Err(self.oldest_event_revision());
         }
-        Ok(self.events.range((revision, 0)..))
+        Ok(self
+            .events
+            .range((Bound::Excluded(after), Bound::Unbounded)))
+    }
+
+    /// The position just before the first event of `revision`, for an inclusive start.
+    pub fn position_before(revision: u64) -> (u64, u32) {
+        match revision.checked_sub(1) {
+            Some(r) => (r, u32::MAX),
+            None => (0, 0),
+        }
+    }
+
+    /// The revision of the oldest retained event (or the next revision if none is retained).
+    pub fn oldest_event_revision(&self) -> u64 {
+        self.events
+            .first_key_value()
+            .map_or(self.applied_index + 1, |(&(r, _), _)| r)
     }
 }

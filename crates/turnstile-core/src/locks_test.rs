@@ -436,5 +436,42 @@ fn watch_events_have_increasing_positions() {
     assert_eq!(kinds, ["lock_granted", "put", "lock_released", "delete"]);
     let positions: Vec<(u64, u32)> = sm.state.events.keys().copied().collect();
     assert!(positions.windows(2).all(|w| w[0] < w[1]));
-    assert!(sm.state.events_from(0).is_ok());
+    assert_eq!(
+        sm.state
+            .events_after(State::position_before(1))
+            .map(|e| e.count()),
+        Ok(4)
+    );
+}
+
+#[test]
+fn watch_history_is_bounded_and_reports_compaction() {
+    let mut sm = Sm::new();
+    let n = crate::limits::WATCH_HISTORY_EVENTS_MAX + 10;
+    for i in 0..n {
+        sm.run(
+            None,
+            Command::KvPut {
+                key: format!("k{}", i % 7),
+                value: "v".into(),
+                lease_id: None,
+                condition: None,
+                fence: None,
+            },
+        );
+    }
+    assert_eq!(
+        sm.state.events.len(),
+        crate::limits::WATCH_HISTORY_EVENTS_MAX
+    );
+    assert!(
+        sm.state.events_after(State::position_before(1)).is_err(),
+        "an old start is compacted"
+    );
+    let oldest = sm.state.oldest_event_revision();
+    assert_eq!(oldest, 11);
+    assert!(sm
+        .state
+        .events_after(State::position_before(oldest))
+        .is_ok());
 }

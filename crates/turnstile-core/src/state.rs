@@ -32,8 +32,8 @@ pub struct State {
     pub request_expiries: BTreeSet<(u64, String)>,
     /// Watch history by `(revision, seq)`, bounded by `WATCH_HISTORY_EVENTS_MAX`.
     pub events: BTreeMap<(u64, u32), Event>,
-    /// Highest revision some of whose events were dropped from the history (0: none).
-    pub events_compacted_through: u64,
+    /// Position of the newest event dropped from the history, if any.
+    pub events_dropped_through: Option<(u64, u32)>,
 }
 
 /// One key.

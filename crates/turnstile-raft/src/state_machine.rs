@@ -13,7 +13,7 @@ use std::sync::{Arc, RwLock, RwLockReadGuard};
 use futures::{Stream, TryStreamExt};
 use openraft::storage::{EntryResponder, RaftStateMachine};
 use openraft::{EntryPayload, RaftSnapshotBuilder};
-use turnstile_core::{codec, Outcome, Response, State};
+use turnstile_core::{codec, Notice, Outcome, Response, State};
 
 use crate::snapshot_files::{SnapshotDir, SnapshotFile, SNAPSHOT_FORMAT_VERSION};
 use crate::types::{
@@ -46,9 +46,21 @@ impl SharedState {
     }
 }
 
+/// Told about every applied batch, after the state lock is released: the node's waiter
+/// registry answers the waiters it holds, and watch streams wake up.
+pub trait ApplyListener: Send + Sync + 'static {
+    /// Final answers for queued waiters decided by the entries just applied, and the new
+    /// applied index.
+    fn applied(&self, notices: Vec<Notice>, applied_index: u64);
+    /// The state was replaced by a snapshot: notices inside it were never produced here, so
+    /// the listener re-checks its waiters against the state.
+    fn replaced(&self, state: &State);
+}
+
 /// openraft's state machine for Turnstile.
 pub struct StateMachineStore {
     shared: SharedState,
+    listener: Option<Arc<dyn ApplyListener>>,
     snapshots: SnapshotDir,
     /// Run `State::check_invariants` after every apply (tests turn this on).
     check_invariants: bool,
@@ -70,9 +82,15 @@ impl StateMachineStore {
         }
         Ok(StateMachineStore {
             shared,
+            listener: None,
             snapshots,
             check_invariants,
         })
+    }
+
+    /// Sets who hears about applied entries (the node's waiter registry and watch hub).
+    pub fn set_listener(&mut self, listener: Arc<dyn ApplyListener>) {
+        self.listener = Some(listener);
     }
 
     /// The handle the HTTP layer reads through.
@@ -80,13 +98,18 @@ impl StateMachineStore {
         self.shared.clone()
     }
 
-    fn apply_one(&self, entry: openraft::alias::EntryOf<TypeConfig>) -> io::Result<Response> {
+    fn apply_one(&self, entry: openraft::alias::EntryOf<TypeConfig>) -> io::Result<(Response, Vec<Notice>)> {
         let log_id = entry.log_id;
         let index = log_id.index;
         let term = term_of(&log_id);
         let mut inner = self.shared.write();
+        let mut notices = Vec::new();
         let response = match entry.payload {
-            EntryPayload::Normal(env) => inner.state.apply(index, term, &env),
+            EntryPayload::Normal(env) => {
+                let applied = inner.state.apply_full(index, term, &env);
+                notices = applied.notices;
+                applied.response
+            }
             EntryPayload::Blank => {
                 inner.state.apply_blank(index);
                 applied(index, term)
@@ -104,7 +127,7 @@ impl StateMachineStore {
                 io::Error::other(e)
             })?;
         }
-        Ok(response)
+        Ok((response, notices))
     }
 }
 
@@ -131,9 +154,13 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         S: Stream<Item = io::Result<EntryResponder<TypeConfig>>> + Unpin + openraft::OptionalSend,
     {
         while let Some((entry, responder)) = entries.try_next().await? {
-            let response = self.apply_one(entry)?;
+            let index = entry.log_id.index;
+            let (response, notices) = self.apply_one(entry)?;
             if let Some(responder) = responder {
                 responder.send(response);
+            }
+            if let Some(listener) = &self.listener {
+                listener.applied(notices, index);
             }
         }
         Ok(())
@@ -164,6 +191,10 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         inner.state = state;
         inner.last_applied = meta.last_log_id;
         inner.last_membership = meta.last_membership.clone();
+        drop(inner);
+        if let Some(listener) = &self.listener {
+            listener.replaced(&self.shared.read().state);
+        }
         Ok(())
     }
 
