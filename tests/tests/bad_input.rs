@@ -309,7 +309,7 @@ async fn bad_input_gets_4xx_and_changes_nothing() -> anyhow::Result<()> {
             "/v1/locks/acquire-many".into(),
             Some("{}".to_string()),
             400,
-            "unsupported",
+            "bad_request",
         ),
         (M::GET, "/v1/nope".into(), None, 404, "not_found"),
         (
@@ -320,6 +320,54 @@ async fn bad_input_gets_4xx_and_changes_nothing() -> anyhow::Result<()> {
             "method_not_allowed",
         ),
     ];
+    let extra: Vec<(M, String, Option<String>, u16, &str)> = vec![
+        (
+            M::POST,
+            "/v1/locks/ok/acquire".into(),
+            Some(format!(r#"{{"lease_id": {lease}, "wait_ms": 99999999}}"#)),
+            400,
+            "bad_request",
+        ),
+        (
+            M::POST,
+            "/v1/locks/ok/acquire".into(),
+            Some(format!(r#"{{"lease_id": {lease}, "permits": 999999}}"#)),
+            400,
+            "bad_request",
+        ),
+        (
+            M::POST,
+            "/v1/locks/acquire-many".into(),
+            Some(format!(r#"{{"names": [], "lease_id": {lease}}}"#)),
+            400,
+            "bad_request",
+        ),
+        (
+            M::POST,
+            "/v1/locks/acquire-many".into(),
+            Some(format!(
+                r#"{{"names": ["ok", "b@d"], "lease_id": {lease}}}"#
+            )),
+            400,
+            "bad_request",
+        ),
+        (
+            M::GET,
+            "/v1/watch?key=a&prefix=b".into(),
+            None,
+            400,
+            "bad_request",
+        ),
+        (
+            M::GET,
+            "/v1/watch?from_revision=abc".into(),
+            None,
+            400,
+            "bad_request",
+        ),
+        (M::GET, "/v1/watch?bogus=1".into(), None, 400, "bad_request"),
+    ];
+    let cases: Vec<_> = cases.into_iter().chain(extra).collect();
     let http = reqwest::Client::new();
     let mut failures = Vec::new();
     for (method, path, body, want_status, want_code) in &cases {
@@ -373,7 +421,10 @@ async fn peer_routes_take_large_bodies_and_demand_the_secret() -> anyhow::Result
     let big = vec![0xffu8; 3 * 1024 * 1024];
     let resp = http
         .post(c.url(1, "/raft/append"))
-        .header(turnstile_raft::network::SECRET_HEADER, "test-cluster-secret")
+        .header(
+            turnstile_raft::network::SECRET_HEADER,
+            "test-cluster-secret",
+        )
         .body(big.clone())
         .send()
         .await?;

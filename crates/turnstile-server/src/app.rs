@@ -13,6 +13,8 @@ use turnstile_raft::types::Raft;
 use crate::clock::{LeaderClock, WallClock};
 use crate::config::NodeConfig;
 use crate::identity::{self, Identity, IdentityError, Phase};
+use crate::waiters::WaiterRegistry;
+use std::sync::Arc;
 
 /// Shared node context.
 pub struct App {
@@ -24,6 +26,9 @@ pub struct App {
     pub wall: WallClock,
     pub(crate) log_stats: Box<dyn Fn() -> SyncStats + Send + Sync>,
     pub stats: ApiStats,
+    /// Queued acquires whose HTTP request this node holds.
+    pub waiters: Arc<WaiterRegistry>,
+    waiter_seq: std::sync::atomic::AtomicU64,
     phase: RwLock<Phase>,
 }
 
@@ -42,6 +47,7 @@ impl App {
         peers: PeerClient,
         phase: Phase,
         log_stats: Box<dyn Fn() -> SyncStats + Send + Sync>,
+        waiters: Arc<WaiterRegistry>,
     ) -> App {
         let app = App {
             cfg,
@@ -52,10 +58,31 @@ impl App {
             wall: WallClock::default(),
             log_stats,
             stats: ApiStats::default(),
+            waiters,
+            waiter_seq: Default::default(),
             phase: RwLock::new(phase),
         };
         app.raft.runtime_config().elect(phase.may_vote());
         app
+    }
+
+    /// A waiter id for a waiting acquire sent without a `request_id`: unique across nodes
+    /// and restarts (node id, start-up nanos, sequence).
+    pub fn new_waiter_id(&self) -> String {
+        let seq = self
+            .waiter_seq
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        format!("auto-{}-{}-{seq}", self.cfg.id, self.started_nanos())
+    }
+
+    fn started_nanos(&self) -> u128 {
+        static STARTED: std::sync::OnceLock<u128> = std::sync::OnceLock::new();
+        *STARTED.get_or_init(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or(0)
+        })
     }
 
     pub fn node_id(&self) -> u64 {

@@ -20,6 +20,29 @@ pub const TICK_MS_DEFAULT: u64 = 500;
 pub const REQUEST_TIMEOUT_MS_DEFAULT: u64 = 5_000;
 /// Default number of log entries between snapshots.
 pub const SNAPSHOT_LOGS_DEFAULT: u64 = 10_000;
+/// Default interval of the leader's deadlock check.
+pub const DEADLOCK_CHECK_MS_DEFAULT: u64 = 200;
+
+/// Which lease of a deadlock cycle loses its wait.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum DeadlockVictim {
+    /// The most recently granted lease of the cycle.
+    #[default]
+    Youngest,
+    /// The oldest lease of the cycle.
+    Oldest,
+}
+
+impl From<DeadlockVictim> for turnstile_core::VictimPolicy {
+    fn from(v: DeadlockVictim) -> Self {
+        match v {
+            DeadlockVictim::Youngest => turnstile_core::VictimPolicy::Youngest,
+            DeadlockVictim::Oldest => turnstile_core::VictimPolicy::Oldest,
+        }
+    }
+}
+
 /// Shortest accepted cluster secret.
 pub const CLUSTER_SECRET_BYTES_MIN: usize = 8;
 
@@ -70,6 +93,12 @@ pub struct ServeArgs {
     pub request_timeout_ms: Option<u64>,
     #[arg(long, env = "TURNSTILE_SNAPSHOT_LOGS")]
     pub snapshot_logs: Option<u64>,
+    /// How often the leader looks for deadlocks among queued waiters.
+    #[arg(long, env = "TURNSTILE_DEADLOCK_CHECK_MS")]
+    pub deadlock_check_ms: Option<u64>,
+    /// Which lease of a deadlock cycle loses its wait: youngest (default) or oldest.
+    #[arg(long, env = "TURNSTILE_DEADLOCK_VICTIM", value_enum)]
+    pub deadlock_victim: Option<DeadlockVictim>,
     /// Test-only hooks (wall-clock offset). Never enable in production.
     #[arg(long, env = "TURNSTILE_ENABLE_TEST_HOOKS", hide = true)]
     pub enable_test_hooks: bool,
@@ -94,6 +123,8 @@ struct FileConfig {
     tick_ms: Option<u64>,
     request_timeout_ms: Option<u64>,
     snapshot_logs: Option<u64>,
+    deadlock_check_ms: Option<u64>,
+    deadlock_victim: Option<DeadlockVictim>,
 }
 
 /// A validated node configuration.
@@ -111,6 +142,8 @@ pub struct NodeConfig {
     pub tick_ms: u64,
     pub request_timeout_ms: u64,
     pub snapshot_logs: u64,
+    pub deadlock_check_ms: u64,
+    pub deadlock_victim: DeadlockVictim,
     pub enable_test_hooks: bool,
     pub check_invariants: bool,
 }
@@ -189,6 +222,14 @@ impl ServeArgs {
                 .snapshot_logs
                 .or(file.snapshot_logs)
                 .unwrap_or(SNAPSHOT_LOGS_DEFAULT),
+            deadlock_check_ms: self
+                .deadlock_check_ms
+                .or(file.deadlock_check_ms)
+                .unwrap_or(DEADLOCK_CHECK_MS_DEFAULT),
+            deadlock_victim: self
+                .deadlock_victim
+                .or(file.deadlock_victim)
+                .unwrap_or_default(),
             enable_test_hooks: self.enable_test_hooks,
             check_invariants: self.check_invariants,
         };
@@ -262,6 +303,9 @@ impl NodeConfig {
         }
         if self.request_timeout_ms < 2 * self.election_timeout_ms_max {
             return invalid("request-timeout-ms must be at least two election timeouts".into());
+        }
+        if !(10..=60_000).contains(&self.deadlock_check_ms) {
+            return invalid("deadlock-check-ms must be within 10..=60000".into());
         }
         if self.snapshot_logs < 100 {
             return invalid("snapshot-logs must be at least 100".into());

@@ -102,3 +102,43 @@ async fn leader_step(app: &App, last_entry: Instant) -> Option<bool> {
         }
     }
 }
+
+/// The leader's deadlock check, every `deadlock_check_ms` while anyone waits: finds the
+/// cycles in the wait-for graph and proposes an `AbortWaiter` for each cycle's victim (by the
+/// configured policy). The entry re-checks the deadlock when it applies, so a cycle that
+/// resolved in between aborts nothing.
+pub async fn run_deadlock_checks(app: Arc<App>, mut stop: watch::Receiver<bool>) {
+    let mut interval = tokio::time::interval(Duration::from_millis(app.cfg.deadlock_check_ms));
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = interval.tick() => {}
+            _ = stop.changed() => return,
+        }
+        if !app.is_leader() {
+            continue;
+        }
+        let victims = {
+            let inner = app.sm.read();
+            if inner.state.tickets.len() < 2 {
+                continue;
+            }
+            inner.state.deadlock_victims(app.cfg.deadlock_victim.into())
+        };
+        for v in victims {
+            tracing::warn!(waiter_id = %v.waiter_id, cycle = ?v.cycle, "deadlock found; aborting the victim's wait");
+            let command = Command::AbortWaiter {
+                waiter_id: v.waiter_id,
+                cycle: v.cycle,
+            };
+            let req = ProposeRequest {
+                request_id: None,
+                command,
+                timeout_ms: app.cfg.request_timeout_ms,
+            };
+            if let Err(e) = app.propose_local(&req).await {
+                tracing::debug!(error = %e, "deadlock abort proposal failed");
+            }
+        }
+    }
+}

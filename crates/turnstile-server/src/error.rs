@@ -35,6 +35,8 @@ pub enum ApiError {
     MemberRefused(String),
     #[error("test hooks are disabled on this node")]
     HooksDisabled,
+    #[error("{0}")]
+    Unavailable(String),
 }
 
 #[derive(Serialize)]
@@ -43,6 +45,9 @@ struct ErrorBody<'a> {
     message: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     current_token: Option<u64>,
+    /// For `deadlock_victim`: the leases of the cycle the victim closed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cycle: Option<Vec<u64>>,
 }
 
 impl ApiError {
@@ -68,6 +73,7 @@ impl ApiError {
             ApiError::NotMember(_) => (S::SERVICE_UNAVAILABLE, "not_member"),
             ApiError::MemberRefused(_) => (S::CONFLICT, "membership_refused"),
             ApiError::HooksDisabled => (S::NOT_FOUND, "not_found"),
+            ApiError::Unavailable(_) => (S::SERVICE_UNAVAILABLE, "unavailable"),
         }
     }
 }
@@ -84,6 +90,9 @@ fn apply_status(e: &ApplyError) -> (StatusCode, &'static str) {
         ApplyError::CounterOverflow { .. } => (S::CONFLICT, "counter_overflow"),
         ApplyError::LimitReached { .. } => (S::TOO_MANY_REQUESTS, "limit_reached"),
         ApplyError::Invalid { .. } => (S::BAD_REQUEST, "bad_request"),
+        ApplyError::WaitTimeout { .. } => (S::CONFLICT, "wait_timeout"),
+        ApplyError::ModeMismatch { .. } => (S::CONFLICT, "mode_mismatch"),
+        ApplyError::DeadlockVictim { .. } => (S::CONFLICT, "deadlock_victim"),
     }
 }
 
@@ -95,6 +104,10 @@ impl IntoResponse for ApiError {
             ApiError::Apply(ApplyError::LockHeld { holder_token, .. }) => Some(*holder_token),
             _ => None,
         };
+        let cycle = match &self {
+            ApiError::Apply(ApplyError::DeadlockVictim { cycle, .. }) => Some(cycle.clone()),
+            _ => None,
+        };
         if status.is_server_error() {
             tracing::debug!(code, error = %self, "request failed");
         }
@@ -104,6 +117,7 @@ impl IntoResponse for ApiError {
                 code,
                 message: self.to_string(),
                 current_token,
+                cycle,
             }),
         )
             .into_response()

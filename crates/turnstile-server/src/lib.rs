@@ -10,7 +10,8 @@
 //! - [`api`]: client HTTP handlers; [`peer_api`]: `/raft/*` handlers; [`error`]: the one
 //!   error-to-HTTP mapping; [`views`]: read models; [`proto`]: node-to-node messages.
 //! - [`driver`]: leader ticks, expiry, cluster id; [`bootstrap`]: forming a new cluster.
-//! - [`clock`]: the leader's monotonic `sm_time` source.
+//! - [`clock`]: the leader's monotonic `sm_time` source; [`waiters`]: queued acquires held
+//!   by this node.
 
 pub mod api;
 pub mod app;
@@ -26,3 +27,4 @@ pub mod peer_api;
 pub mod proto;
 pub mod routing;
 pub mod views;
+pub mod waiters;

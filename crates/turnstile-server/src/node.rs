@@ -102,7 +102,8 @@ pub async fn start(
     })?;
     let stored = identity::load(&cfg.data_dir, cfg.id)?;
     let log_store = SledLogStore::<TypeConfig>::open(&cfg.data_dir.join(LOG_DIR))?;
-    let sm = StateMachineStore::open(&cfg.data_dir.join(SNAPSHOT_DIR), cfg.check_invariants)
+    let waiters = crate::waiters::WaiterRegistry::new();
+    let mut sm = StateMachineStore::open(&cfg.data_dir.join(SNAPSHOT_DIR), cfg.check_invariants)
         .map_err(StartError::StateMachine)?;
     let has_state = has_raft_state(&cfg.data_dir, &log_store).await?;
     let phase = initial_phase(&cfg, stored.as_ref(), has_state)?;
@@ -119,6 +120,7 @@ pub async fn start(
     }
 
     let shared = sm.shared();
+    sm.set_listener(waiters.clone());
     let stats = log_store.stats_handle();
     let raft = Raft::new(
         cfg.id,
@@ -136,6 +138,7 @@ pub async fn start(
         peers,
         phase,
         Box::new(move || stats.get()),
+        waiters,
     ));
     tracing::info!(node_id = app.node_id(), %addr, ?phase, "node starting");
 
@@ -156,6 +159,7 @@ pub async fn start(
     let tasks = vec![
         server,
         tokio::spawn(driver::run(app.clone(), stop_rx.clone())),
+        tokio::spawn(driver::run_deadlock_checks(app.clone(), stop_rx.clone())),
         tokio::spawn(bootstrap::run(app.clone(), stop_rx)),
     ];
     Ok(RunningNode {

@@ -86,25 +86,40 @@ impl LeaseView {
 
 impl LockView {
     pub fn of(state: &State, name: &str) -> LockView {
-        let holders = state
-            .locks
-            .get(name)
-            .map(|l| {
-                let h = &l.holder;
-                vec![HolderView {
-                    lease_id: h.lease_id,
-                    token: h.token,
-                    term: h.term,
-                    mode: "exclusive".into(),
-                    since_ms: h.since_ms,
-                }]
+        let Some(lock) = state.locks.get(name) else {
+            return LockView {
+                name: name.to_string(),
+                permits: 1,
+                holders: Vec::new(),
+                waiters: Vec::new(),
+            };
+        };
+        let holders = lock
+            .holders
+            .iter()
+            .map(|h| HolderView {
+                lease_id: h.lease_id,
+                token: h.token,
+                term: h.term,
+                mode: h.mode.as_str().into(),
+                since_ms: h.since_ms,
             })
-            .unwrap_or_default();
+            .collect();
+        let waiters = lock
+            .queue
+            .iter()
+            .filter_map(|w| state.tickets.get(w))
+            .map(|t| WaiterView {
+                lease_id: t.lease_id,
+                mode: t.mode.as_str().into(),
+                since_ms: t.since_ms,
+            })
+            .collect();
         LockView {
             name: name.to_string(),
-            permits: 1,
+            permits: lock.permits,
             holders,
-            waiters: Vec::new(),
+            waiters,
         }
     }
 }
@@ -134,7 +149,7 @@ impl CounterView {
 
 impl FenceView {
     pub fn of(state: &State, name: &str, token: u64) -> FenceView {
-        let current_token = state.locks.get(name).map(|l| l.holder.token);
+        let current_token = state.exclusive_token(name);
         FenceView {
             current: current_token == Some(token),
             current_token,

@@ -1,5 +1,5 @@
-//! `/v1/locks`: try-acquire (returns token, term and cluster id), release by `{token,
-//! lease_id}`, a linearizable get, and the fence check diagnostic.
+//! `/v1/locks`: acquire (try or wait; exclusive, shared or semaphore), acquire-many, release
+//! by `{token, lease_id}`, a linearizable get, and the fence check diagnostic.
 
 use std::sync::Arc;
 
@@ -7,8 +7,9 @@ use axum::extract::State;
 use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
-use turnstile_core::{Command, Outcome};
+use turnstile_core::{limits, Command, LockMode, Outcome};
 
+use crate::api::acquire::{self, AcquireArgs, WAIT_MS_MAX};
 use crate::api::extract::{Body, Param};
 use crate::api::ops::unexpected;
 use crate::api::validate;
@@ -27,34 +28,21 @@ pub struct AcquireBody {
     permits: Option<u32>,
 }
 
-/// Refuses what this version cannot do yet, instead of silently doing something else.
-fn check_supported(b: &AcquireBody) -> Result<(), ApiError> {
-    match b.mode.as_deref() {
-        None | Some("exclusive") => {}
-        Some("shared") => {
-            return Err(ApiError::Unsupported(
-                "shared mode is not supported yet".into(),
-            ))
-        }
-        Some(m) => {
-            return Err(ApiError::BadRequest(format!(
-                "mode must be exclusive or shared, not {m:?}"
-            )))
-        }
+fn mode(m: Option<&str>) -> Result<LockMode, ApiError> {
+    match m {
+        None | Some("exclusive") => Ok(LockMode::Exclusive),
+        Some("shared") => Ok(LockMode::Shared),
+        Some(m) => Err(ApiError::BadRequest(format!(
+            "mode must be exclusive or shared, not {m:?}"
+        ))),
     }
-    match b.permits {
-        None | Some(1) => {}
-        Some(0) => return Err(ApiError::BadRequest("permits must be positive".into())),
-        Some(_) => {
-            return Err(ApiError::Unsupported(
-                "semaphores (permits > 1) are not supported yet".into(),
-            ))
-        }
-    }
-    if b.wait_ms > 0 {
-        return Err(ApiError::Unsupported(
-            "blocking acquire (wait_ms > 0) is not supported yet; use wait_ms 0".into(),
-        ));
+}
+
+fn check_wait(wait_ms: u64) -> Result<(), ApiError> {
+    if wait_ms > WAIT_MS_MAX {
+        return Err(ApiError::BadRequest(format!(
+            "wait_ms must be at most {WAIT_MS_MAX}"
+        )));
     }
     Ok(())
 }
@@ -67,26 +55,88 @@ pub async fn acquire(
     validate::lock_name(&name)?;
     validate::positive_id("lease_id", b.lease_id)?;
     validate::request_id(b.request_id.as_deref())?;
-    check_supported(&b)?;
-    let w = app
-        .write(
-            b.request_id,
-            Command::LockAcquire {
-                name,
-                lease_id: b.lease_id,
-            },
-        )
-        .await?;
+    check_wait(b.wait_ms)?;
+    if b.permits.is_some_and(|p| p == 0 || p > limits::PERMITS_MAX) {
+        return Err(ApiError::BadRequest(format!(
+            "permits must be 1..={}",
+            limits::PERMITS_MAX
+        )));
+    }
+    let args = AcquireArgs {
+        names: vec![name],
+        lease_id: b.lease_id,
+        mode: mode(b.mode.as_deref())?,
+        permits: b.permits,
+        wait_ms: b.wait_ms,
+        request_id: b.request_id,
+    };
+    let w = acquire::run(app, args).await?;
     match w.outcome {
-        Outcome::LockGranted {
-            name,
+        Outcome::Granted {
+            names,
             token,
             term,
             lease_id,
+            mode,
         } => Ok(Json(json!({
-            "name": name, "token": token, "term": term, "cluster_id": w.cluster_id,
-            "lease_id": lease_id, "revision": w.revision,
+            "name": names.first(), "token": token, "term": term, "cluster_id": w.cluster_id,
+            "lease_id": lease_id, "mode": mode.as_str(), "revision": w.revision,
         }))),
+        other => Err(unexpected(&other)),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AcquireManyBody {
+    names: Vec<String>,
+    lease_id: u64,
+    #[serde(default)]
+    wait_ms: u64,
+    request_id: Option<String>,
+}
+
+/// Grants every named lock in one entry (all sharing one token), or none.
+pub async fn acquire_many(
+    State(app): State<Arc<App>>,
+    Body(b): Body<AcquireManyBody>,
+) -> Result<Json<Value>, ApiError> {
+    if b.names.is_empty() || b.names.len() > limits::LOCKS_PER_ACQUIRE_MAX {
+        return Err(ApiError::BadRequest(format!(
+            "names must list 1..={} locks",
+            limits::LOCKS_PER_ACQUIRE_MAX
+        )));
+    }
+    for n in &b.names {
+        validate::lock_name(n)?;
+    }
+    validate::positive_id("lease_id", b.lease_id)?;
+    validate::request_id(b.request_id.as_deref())?;
+    check_wait(b.wait_ms)?;
+    let args = AcquireArgs {
+        names: b.names,
+        lease_id: b.lease_id,
+        mode: LockMode::Exclusive,
+        permits: None,
+        wait_ms: b.wait_ms,
+        request_id: b.request_id,
+    };
+    let w = acquire::run(app, args).await?;
+    match w.outcome {
+        Outcome::Granted {
+            names,
+            token,
+            term,
+            lease_id,
+            ..
+        } => {
+            let tokens: serde_json::Map<String, Value> =
+                names.into_iter().map(|n| (n, json!(token))).collect();
+            Ok(Json(json!({
+                "tokens": tokens, "token": token, "term": term, "cluster_id": w.cluster_id,
+                "lease_id": lease_id, "revision": w.revision,
+            })))
+        }
         other => Err(unexpected(&other)),
     }
 }
@@ -130,10 +180,6 @@ pub async fn get(
         ReadAnswer::Lock(view) => Ok(Json(serde_json::to_value(view).unwrap_or_default())),
         _ => Err(ApiError::NotFound("unexpected read answer".into())),
     }
-}
-
-pub async fn acquire_many() -> ApiError {
-    ApiError::Unsupported("acquire-many is not supported yet".into())
 }
 
 #[derive(Deserialize)]

@@ -13,6 +13,7 @@ use axum::Router;
 use crate::app::App;
 use crate::error::ApiError;
 
+pub mod acquire;
 pub mod cluster;
 pub mod counters;
 pub mod debug;
@@ -23,6 +24,7 @@ pub mod locks;
 pub mod members;
 pub mod ops;
 pub mod validate;
+pub mod watch;
 
 /// Largest request body accepted, in bytes. Above the largest valid request (a 64 KiB value,
 /// JSON-escaped) and far below sled's blob threshold for the resulting log entry.
@@ -45,6 +47,7 @@ pub fn router(app: Arc<App>) -> Router {
         )
         .route("/v1/counters/{name}", get(counters::get))
         .route("/v1/counters/{name}/incr", post(counters::incr))
+        .route("/v1/watch", get(watch::watch))
         .layer(middleware::from_fn_with_state(app.clone(), serving_gate));
     Router::new()
         .merge(v1)

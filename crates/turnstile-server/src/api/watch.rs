@@ -1,0 +1,216 @@
+//! `GET /v1/watch`: server-sent events for a key or prefix (keys and lock names), read from
+//! the replicated watch history, so every node emits the same stream with the same ids.
+//!
+//! The SSE `id` is `revision.seq`. `Last-Event-ID` resumes strictly after that event;
+//! `from_revision=R` starts at the first event of revision R; `from_revision=0` (or none)
+//! means "from now". A position older than the retained history gets one `compacted` event
+//! with the oldest available revision, and the stream ends.
+
+use std::convert::Infallible;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{Query, State};
+use axum::http::HeaderMap;
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use futures::stream::{self, Stream};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use tokio::sync::watch;
+use turnstile_core::{Event, State as SmState};
+
+use crate::api::validate;
+use crate::app::App;
+use crate::error::ApiError;
+
+/// Most watch streams one node serves at once.
+pub const WATCHERS_PER_NODE_MAX: usize = 10_000;
+/// Most events sent per wakeup, so one stream cannot hold the state lock long.
+const EVENTS_PER_BATCH_MAX: usize = 256;
+
+static WATCHERS: AtomicUsize = AtomicUsize::new(0);
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WatchQuery {
+    key: Option<String>,
+    prefix: Option<String>,
+    from_revision: Option<u64>,
+}
+
+enum Filter {
+    All,
+    Key(String),
+    Prefix(String),
+}
+
+impl Filter {
+    fn matches(&self, e: &Event) -> bool {
+        match (self, e.subject()) {
+            (Filter::All, _) => true,
+            (Filter::Key(k), Some(s)) => s == k,
+            (Filter::Prefix(p), Some(s)) => s.starts_with(p.as_str()),
+            (_, None) => false,
+        }
+    }
+}
+
+/// The JSON body of one event.
+pub fn event_json(revision: u64, seq: u32, e: &Event) -> Value {
+    let mut v = json!({"revision": revision, "seq": seq, "kind": e.kind()});
+    let extra = match e {
+        Event::Put {
+            key,
+            value,
+            lease_id,
+        } => json!({"key": key, "value": value, "lease_id": lease_id}),
+        Event::Delete { key } => json!({"key": key}),
+        Event::LockGranted {
+            name,
+            lease_id,
+            token,
+            mode,
+        } => {
+            json!({"lock": name, "lease_id": lease_id, "token": token, "mode": mode.as_str()})
+        }
+        Event::LockReleased {
+            name,
+            lease_id,
+            token,
+            cause,
+        } => {
+            json!({"lock": name, "lease_id": lease_id, "token": token, "cause": cause.as_str()})
+        }
+        Event::LeaseExpired { lease_id } => json!({"lease_id": lease_id}),
+    };
+    if let (Some(obj), Value::Object(more)) = (v.as_object_mut(), extra) {
+        obj.extend(more);
+    }
+    v
+}
+
+fn parse_last_event_id(headers: &HeaderMap) -> Result<Option<(u64, u32)>, ApiError> {
+    let Some(raw) = headers.get("last-event-id") else {
+        return Ok(None);
+    };
+    let bad = || ApiError::BadRequest("Last-Event-ID must be <revision>.<seq>".into());
+    let s = raw.to_str().map_err(|_| bad())?;
+    let (r, q) = s.split_once('.').ok_or_else(bad)?;
+    Ok(Some((
+        r.parse().map_err(|_| bad())?,
+        q.parse().map_err(|_| bad())?,
+    )))
+}
+
+struct Stream_ {
+    app: Arc<App>,
+    filter: Filter,
+    after: (u64, u32),
+    applied: watch::Receiver<u64>,
+    pending: std::collections::VecDeque<SseEvent>,
+    done: bool,
+    _slot: WatcherSlot,
+}
+
+struct WatcherSlot;
+
+impl Drop for WatcherSlot {
+    fn drop(&mut self) {
+        WATCHERS.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl Stream_ {
+    /// Moves retained events after our position into `pending`. Returns true if the batch
+    /// was cut at its bound (more events are already waiting).
+    fn fill(&mut self) -> bool {
+        let app = self.app.clone();
+        let inner = app.sm.read();
+        let state: &SmState = &inner.state;
+        let events = match state.events_after(self.after) {
+            Ok(events) => events,
+            Err(oldest_revision) => {
+                let data = json!({"oldest_revision": oldest_revision}).to_string();
+                self.pending
+                    .push_back(SseEvent::default().event("compacted").data(data));
+                self.done = true;
+                return false;
+            }
+        };
+        let mut seen = 0;
+        for (&(revision, seq), e) in events.take(EVENTS_PER_BATCH_MAX) {
+            seen += 1;
+            self.after = (revision, seq);
+            if self.filter.matches(e) {
+                let data = event_json(revision, seq, e).to_string();
+                let sse = SseEvent::default()
+                    .id(format!("{revision}.{seq}"))
+                    .event(e.kind())
+                    .data(data);
+                self.pending.push_back(sse);
+            }
+        }
+        seen == EVENTS_PER_BATCH_MAX
+    }
+}
+
+pub async fn watch(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    query: Result<Query<WatchQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, ApiError> {
+    let Query(q) = query.map_err(|e| ApiError::BadRequest(format!("invalid query: {e}")))?;
+    let filter = match (q.key, q.prefix) {
+        (Some(_), Some(_)) => {
+            return Err(ApiError::BadRequest("give key or prefix, not both".into()))
+        }
+        (Some(k), None) => {
+            validate::key(&k)?;
+            Filter::Key(k)
+        }
+        (None, Some(p)) if p.is_empty() => Filter::All,
+        (None, Some(p)) => {
+            validate::key(&p)?;
+            Filter::Prefix(p)
+        }
+        (None, None) => Filter::All,
+    };
+    let after = match (parse_last_event_id(&headers)?, q.from_revision) {
+        (Some(pos), _) => pos,
+        (None, Some(r)) if r > 0 => SmState::position_before(r),
+        (None, _) => (app.sm.read().state.applied_index, u32::MAX),
+    };
+    if WATCHERS.fetch_add(1, Ordering::Relaxed) >= WATCHERS_PER_NODE_MAX {
+        WATCHERS.fetch_sub(1, Ordering::Relaxed);
+        return Err(ApiError::Apply(turnstile_core::ApplyError::LimitReached {
+            limit: "watchers_per_node_max".into(),
+        }));
+    }
+    let applied = app.waiters.applied();
+    let st = Stream_ {
+        app,
+        filter,
+        after,
+        applied,
+        pending: Default::default(),
+        done: false,
+        _slot: WatcherSlot,
+    };
+    let events = stream::unfold(st, |mut st| async move {
+        loop {
+            if let Some(e) = st.pending.pop_front() {
+                return Some((Ok(e), st));
+            }
+            if st.done {
+                return None;
+            }
+            st.applied.borrow_and_update();
+            let more = st.fill();
+            if st.pending.is_empty() && !st.done && !more && st.applied.changed().await.is_err() {
+                return None;
+            }
+        }
+    });
+    Ok(Sse::new(events).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))))
+}
