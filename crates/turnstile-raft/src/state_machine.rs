@@ -98,7 +98,10 @@ impl StateMachineStore {
         self.shared.clone()
     }
 
-    fn apply_one(&self, entry: openraft::alias::EntryOf<TypeConfig>) -> io::Result<(Response, Vec<Notice>)> {
+    fn apply_one(
+        &self,
+        entry: openraft::alias::EntryOf<TypeConfig>,
+    ) -> io::Result<(Response, Vec<Notice>)> {
         let log_id = entry.log_id;
         let index = log_id.index;
         let term = term_of(&log_id);
