@@ -325,3 +325,63 @@ pub fn token(v: &Value) -> anyhow::Result<u64> {
         .as_u64()
         .ok_or_else(|| anyhow!("no token in {v}"))
 }
+
+/// One server-sent event as received.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sse {
+    pub id: Option<String>,
+    pub event: String,
+    pub data: Value,
+}
+
+/// Reads server-sent events from `url` until `want` events arrived (or the stream ends, or
+/// [`WAIT_MS_MAX`] passes), resuming after `last_event_id` if given.
+pub async fn read_sse(
+    url: &str,
+    last_event_id: Option<&str>,
+    want: usize,
+) -> anyhow::Result<Vec<Sse>> {
+    let mut rb = reqwest::Client::new().get(url);
+    if let Some(id) = last_event_id {
+        rb = rb.header("last-event-id", id);
+    }
+    let mut resp = rb.send().await?;
+    if !resp.status().is_success() {
+        bail!("watch {url}: HTTP {}", resp.status());
+    }
+    let mut buf = String::new();
+    let mut out = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(WAIT_MS_MAX);
+    while out.len() < want {
+        let chunk = match tokio::time::timeout_at(deadline, resp.chunk()).await {
+            Err(_) => bail!("timed out with {} of {want} events: {out:?}", out.len()),
+            Ok(chunk) => match chunk? {
+                Some(chunk) => chunk,
+                None => break,
+            },
+        };
+        buf.push_str(&String::from_utf8_lossy(&chunk));
+        while let Some(end) = buf.find("\n\n") {
+            let block: String = buf.drain(..end + 2).collect();
+            let (mut id, mut event, mut data) = (None, String::from("message"), String::new());
+            for line in block.lines() {
+                if let Some(v) = line.strip_prefix("id:") {
+                    id = Some(v.trim().to_string());
+                } else if let Some(v) = line.strip_prefix("event:") {
+                    event = v.trim().to_string();
+                } else if let Some(v) = line.strip_prefix("data:") {
+                    data.push_str(v.trim());
+                }
+            }
+            if data.is_empty() {
+                continue; // keep-alive comment
+            }
+            out.push(Sse {
+                id,
+                event,
+                data: serde_json::from_str(&data)?,
+            });
+        }
+    }
+    Ok(out)
+}

@@ -125,10 +125,16 @@ impl State {
         }
     }
 
-    /// The revision of the oldest retained event (or the next revision if none is retained).
+    /// The oldest revision whose events are all retained (a watch may start there).
     pub fn oldest_event_revision(&self) -> u64 {
-        self.events
+        let first = self
+            .events
             .first_key_value()
-            .map_or(self.applied_index + 1, |(&(r, _), _)| r)
+            .map_or(self.applied_index + 1, |(&(r, _), _)| r);
+        // Some events of that revision may be gone: then the next one is the oldest complete.
+        match self.events_dropped_through {
+            Some((dropped, _)) if dropped == first => first + 1,
+            _ => first,
+        }
     }
 }
