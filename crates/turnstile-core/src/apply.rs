@@ -400,12 +400,33 @@ impl State {
     }
 
     /// Expires every lease due at the current `sm_time`; returns their ids.
+    ///
+    /// First every due lease's queued waits are failed, and only then are their locks freed:
+    /// freeing one due lease's lock must never hand it to a waiter whose lease is due in this
+    /// same entry (which would answer a dead waiter with a grant, then free it again under
+    /// the same token).
     fn expire_due(&mut self, ctx: &mut Ctx<'_>) -> Vec<u64> {
         let due = self.leases_due_at(self.sm_time_ms, usize::MAX);
+        let mut affected = std::collections::BTreeSet::new();
+        for &lease_id in &due {
+            let tickets: Vec<String> = self
+                .leases
+                .get(&lease_id)
+                .map(|l| l.tickets.iter().cloned().collect())
+                .unwrap_or_default();
+            for waiter_id in tickets {
+                if let Some(t) =
+                    self.drop_ticket(ctx, &waiter_id, Err(ApplyError::LeaseNotFound { lease_id }))
+                {
+                    affected.extend(t.names);
+                }
+            }
+        }
         for &lease_id in &due {
             self.push_event(ctx.index, Event::LeaseExpired { lease_id });
             self.end_lease(ctx, lease_id, ReleaseCause::Expired);
         }
+        self.pump(ctx, affected);
         due
     }
 

@@ -129,10 +129,20 @@ impl State {
                 VictimPolicy::Youngest => cycle.iter().max(),
                 VictimPolicy::Oldest => cycle.iter().min(),
             };
+            // Abort the victim's wait that is part of the cycle: a ticket blocked by another
+            // lease on the cycle (a lease may wait on several locks at once).
+            let on_cycle: BTreeSet<u64> = cycle.iter().copied().collect();
             let waiter = victim_lease.and_then(|vl| {
                 self.tickets
                     .iter()
-                    .find(|(_, t)| t.lease_id == *vl)
+                    .find(|(_, t)| {
+                        t.lease_id == *vl
+                            && t.names.iter().any(|n| {
+                                self.locks.get(n).is_some_and(|l| {
+                                    blockers(l, t.mode, t.lease_id).any(|b| on_cycle.contains(&b))
+                                })
+                            })
+                    })
                     .map(|(w, _)| w.clone())
             });
             if let Some(waiter_id) = waiter {

@@ -475,3 +475,28 @@ fn watch_history_is_bounded_and_reports_compaction() {
         .events_after(State::position_before(oldest))
         .is_ok());
 }
+
+#[test]
+fn a_waiter_due_in_the_same_entry_as_the_holder_is_never_granted() {
+    let mut sm = Sm::new();
+    let holder = sm.lease(1_000);
+    let doomed = sm.lease(1_000);
+    let live = sm.lease(60_000);
+    token(&sm.x("h", "l", holder));
+    assert!(queued(&sm.x("doomed", "l", doomed)));
+    assert!(queued(&sm.x("live", "l", live)));
+    sm.take_notices();
+    sm.now_ms = 2_000; // holder and doomed fall due in one entry
+    let tick = sm.run(None, Command::Tick);
+    let notices = sm.take_notices();
+    assert!(
+        notices
+            .iter()
+            .all(|(w, o)| w != "doomed" || matches!(o, Err(ApplyError::LeaseNotFound { .. }))),
+        "{notices:?}"
+    );
+    let grants: Vec<_> = notices.iter().filter(|(_, o)| o.is_ok()).collect();
+    assert_eq!(grants.len(), 1, "{notices:?}");
+    assert_eq!(grants[0].0, "live");
+    assert_eq!(sm.state.locks["l"].holders[0].token, tick.revision);
+}

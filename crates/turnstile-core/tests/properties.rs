@@ -121,7 +121,33 @@ fn replay(log: &[(u64, Option<String>, Command, bool)]) -> (State, Vec<turnstile
                 request_id: request_id.clone(),
                 command: command.clone(),
             };
-            responses.push(state.apply(index, 1 + index / 20, &env));
+            let applied = state.apply_full(index, 1 + index / 20, &env);
+            // Every grant this entry announced (to its requester or to a waiter) is a hold
+            // that exists once the entry has applied: nothing is granted and taken back in
+            // one entry, so a granted token is always the lock's real grant.
+            let notices = applied.notices.iter().map(|n| &n.response);
+            for r in std::iter::once(&applied.response)
+                .chain(notices)
+                .filter(|r| !r.replayed)
+            {
+                if let Ok(turnstile_core::Outcome::Granted {
+                    names,
+                    token,
+                    lease_id,
+                    ..
+                }) = &r.outcome
+                {
+                    for n in names {
+                        let held = state.locks.get(n).is_some_and(|l| {
+                            l.holders
+                                .iter()
+                                .any(|h| h.token == *token && h.lease_id == *lease_id)
+                        });
+                        assert!(held, "entry {index} granted {n}@{token} to lease {lease_id} but the hold is gone");
+                    }
+                }
+            }
+            responses.push(applied.response);
         }
         if let Err(e) = state.check_invariants() {
             panic!("entry {index} {command:?}: {e}");

@@ -29,6 +29,8 @@ pub struct App {
     /// Queued acquires whose HTTP request this node holds.
     pub waiters: Arc<WaiterRegistry>,
     waiter_seq: std::sync::atomic::AtomicU64,
+    /// Flips to true when the node starts shutting down: waits end early (`503`).
+    pub stopping: tokio::sync::watch::Sender<bool>,
     phase: RwLock<Phase>,
 }
 
@@ -60,6 +62,7 @@ impl App {
             stats: ApiStats::default(),
             waiters,
             waiter_seq: Default::default(),
+            stopping: tokio::sync::watch::channel(false).0,
             phase: RwLock::new(phase),
         };
         app.raft.runtime_config().elect(phase.may_vote());

@@ -23,8 +23,6 @@ pub enum ApiError {
     KeyNotFound { what: String },
     #[error("method not allowed")]
     MethodNotAllowed,
-    #[error("{0}")]
-    Unsupported(String),
     #[error(transparent)]
     Apply(#[from] ApplyError),
     #[error(transparent)]
@@ -60,7 +58,6 @@ impl ApiError {
             ApiError::NotFound(_) => (S::NOT_FOUND, "not_found"),
             ApiError::KeyNotFound { .. } => (S::NOT_FOUND, "key_not_found"),
             ApiError::MethodNotAllowed => (S::METHOD_NOT_ALLOWED, "method_not_allowed"),
-            ApiError::Unsupported(_) => (S::BAD_REQUEST, "unsupported"),
             ApiError::Apply(e) => apply_status(e),
             ApiError::Route(RouteError::NoQuorum)
             | ApiError::Route(RouteError::NotLeader { .. }) => {
@@ -101,7 +98,10 @@ impl IntoResponse for ApiError {
         let (status, code) = self.status_and_code();
         let current_token = match &self {
             ApiError::Apply(ApplyError::Fenced { current_token, .. }) => *current_token,
-            ApiError::Apply(ApplyError::LockHeld { holder_token, .. }) => Some(*holder_token),
+            // 0 means the lock had no holder, only waiters ahead.
+            ApiError::Apply(ApplyError::LockHeld { holder_token, .. }) => {
+                Some(*holder_token).filter(|t| *t > 0)
+            }
             _ => None,
         };
         let cycle = match &self {

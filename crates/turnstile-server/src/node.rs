@@ -73,6 +73,7 @@ impl RunningNode {
     /// Stops serving, stops Raft and the drivers, and waits until the data dir is released.
     pub async fn shutdown(self) {
         let _ = self.stop.send(true);
+        self.app.stopping.send_replace(true);
         if let Err(e) = self.app.raft.shutdown().await {
             tracing::warn!(error = %e, "raft shutdown");
         }

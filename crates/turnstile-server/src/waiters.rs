@@ -73,6 +73,11 @@ impl WaiterRegistry {
         })
     }
 
+    /// Number of requests on this node waiting for `waiter_id`.
+    pub fn registrations(&self, waiter_id: &str) -> usize {
+        self.slots().get(waiter_id).map_or(0, Vec::len)
+    }
+
     /// Number of waiting requests held here.
     pub fn len(&self) -> usize {
         self.slots().values().map(Vec::len).sum()

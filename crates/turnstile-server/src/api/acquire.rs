@@ -14,6 +14,7 @@ use turnstile_core::{ApplyError, Command, LockMode, Outcome, Response};
 use crate::api::ops::Written;
 use crate::app::App;
 use crate::error::ApiError;
+use crate::waiters::Registration;
 
 /// Longest server-side wait of one acquire.
 pub const WAIT_MS_MAX: u64 = 300_000;
@@ -28,29 +29,37 @@ pub struct AcquireArgs {
     pub request_id: Option<String>,
 }
 
-/// Proposes a `Cancel` if dropped while armed: the client went away mid-wait.
-struct CancelOnDrop {
-    armed: Option<(Arc<App>, String)>,
+/// A queued wait held by this request. If the request goes away while waiting (the client's
+/// connection dropped), it proposes a `Cancel` — unless another request on this node waits
+/// for the same waiter id (a retry re-attached here), which keeps the queue entry alive.
+struct Wait {
+    app: Arc<App>,
+    waiter_id: String,
+    registration: Registration,
+    armed: bool,
 }
 
-impl Drop for CancelOnDrop {
+impl Drop for Wait {
     fn drop(&mut self) {
-        if let Some((app, waiter_id)) = self.armed.take() {
-            tracing::info!(waiter_id, "client left while waiting; cancelling its wait");
-            tokio::spawn(async move {
-                if let Err(e) = app
-                    .write(
-                        None,
-                        Command::Cancel {
-                            waiter_id: waiter_id.clone(),
-                        },
-                    )
-                    .await
-                {
-                    tracing::warn!(waiter_id, error = %e, "cancel of an abandoned wait failed");
-                }
-            });
+        // Our own registration is still counted here (fields drop after this runs).
+        if !self.armed || self.app.waiters.registrations(&self.waiter_id) > 1 {
+            return;
         }
+        let (app, waiter_id) = (self.app.clone(), self.waiter_id.clone());
+        tracing::info!(waiter_id, "client left while waiting; cancelling its wait");
+        tokio::spawn(async move {
+            if let Err(e) = app
+                .write(
+                    None,
+                    Command::Cancel {
+                        waiter_id: waiter_id.clone(),
+                    },
+                )
+                .await
+            {
+                tracing::warn!(waiter_id, error = %e, "cancel of an abandoned wait failed");
+            }
+        });
     }
 }
 
@@ -74,16 +83,6 @@ pub async fn run(app: Arc<App>, args: AcquireArgs) -> Result<Written, ApiError> 
         (None, true) => Some(app.new_waiter_id()),
         (None, false) => None,
     };
-    // Register before proposing, so the entry that grants us cannot be missed.
-    let registration = match (&waiter_id, wait) {
-        (Some(id), true) => Some(
-            app.waiters
-                .register(id)
-                .map_err(|e| ApiError::Unavailable(e.to_string()))?,
-        ),
-        _ => None,
-    };
-    let deadline = tokio::time::Instant::now() + Duration::from_millis(args.wait_ms);
     let command = Command::Acquire {
         names: args.names,
         lease_id: args.lease_id,
@@ -91,53 +90,63 @@ pub async fn run(app: Arc<App>, args: AcquireArgs) -> Result<Written, ApiError> 
         permits: args.permits,
         wait,
     };
-    let mut guard = CancelOnDrop { armed: None };
-    if let Some(id) = &waiter_id {
-        guard.armed = wait.then(|| (app.clone(), id.clone()));
-    }
-    let first = app.write(waiter_id.clone(), command).await;
-    let written = match first {
-        Ok(w) => w,
+    let (true, Some(waiter_id)) = (wait, waiter_id.clone()) else {
+        return app.write(waiter_id, command).await;
+    };
+    // Register before proposing, so the entry that grants us cannot be missed.
+    let registration = app.waiters.register(&waiter_id).map_err(|_| {
+        ApiError::Apply(turnstile_core::ApplyError::LimitReached {
+            limit: "waiters_per_node_max".into(),
+        })
+    })?;
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(args.wait_ms);
+    let mut w = Wait {
+        app: app.clone(),
+        waiter_id: waiter_id.clone(),
+        registration,
+        armed: true,
+    };
+    let written = match app.write(Some(waiter_id.clone()), command).await {
+        Ok(written) => written,
         Err(e) => {
-            // Refused or failed before queueing: nothing to cancel for a definite refusal.
-            if matches!(e, ApiError::Apply(_)) {
-                guard.armed = None;
-            }
+            // A definite refusal queued nothing; an unknown outcome may have queued us.
+            w.armed = !matches!(e, ApiError::Apply(_));
             return Err(e);
         }
     };
-    let (Outcome::Queued { waiter_id }, Some(mut registration)) = (&written.outcome, registration)
-    else {
-        guard.armed = None;
+    if !matches!(written.outcome, Outcome::Queued { .. }) {
+        w.armed = false;
         return Ok(written);
-    };
-    let waiter_id = waiter_id.clone();
+    }
     let cluster_id = written.cluster_id.clone();
+    let mut stopping = app.stopping.subscribe();
     tokio::select! {
-        outcome = &mut registration.rx => {
-            guard.armed = None;
+        outcome = &mut w.registration.rx => {
+            w.armed = false;
             match outcome {
                 Ok(response) => finish(response, cluster_id),
                 Err(_) => Err(ApiError::Unavailable("node stopping".into())),
             }
         }
         _ = tokio::time::sleep_until(deadline) => {
-            guard.armed = None;
-            cancel(&app, &waiter_id, registration).await
+            w.armed = false;
+            cancel(&app, &mut w).await
+        }
+        _ = async { stopping.wait_for(|s| *s).await.map(|_| ()) } => {
+            w.armed = false;
+            let _ = tokio::time::timeout(Duration::from_secs(2), cancel(&app, &mut w)).await;
+            Err(ApiError::Unavailable("node stopping; retry elsewhere with the same request_id".into()))
         }
     }
 }
 
 /// Cancels a timed-out wait and reports its final outcome.
-async fn cancel(
-    app: &App,
-    waiter_id: &str,
-    mut registration: crate::waiters::Registration,
-) -> Result<Written, ApiError> {
+async fn cancel(app: &App, w: &mut Wait) -> Result<Written, ApiError> {
+    let waiter_id = w.waiter_id.clone();
     app.write(
         None,
         Command::Cancel {
-            waiter_id: waiter_id.to_string(),
+            waiter_id: waiter_id.clone(),
         },
     )
     .await
@@ -147,12 +156,10 @@ async fn cancel(
     })?;
     // Entries before the cancel have been applied here by now: an outcome decided by one of
     // them (lease gone, deadlock victim) is already in the registration.
-    match registration.rx.try_recv() {
+    match w.registration.rx.try_recv() {
         Ok(Response {
             outcome: Err(e), ..
         }) if !matches!(e, ApplyError::WaitTimeout { .. }) => Err(ApiError::Apply(e)),
-        _ => Err(ApiError::Apply(ApplyError::WaitTimeout {
-            waiter_id: waiter_id.to_string(),
-        })),
+        _ => Err(ApiError::Apply(ApplyError::WaitTimeout { waiter_id })),
     }
 }
