@@ -106,7 +106,7 @@ fn fifo_handoff_grants_one_waiter_per_release_with_the_release_index() {
         assert!(queued(&sm.x(&format!("w{i}"), "hot", l)));
     }
     let mut prev = (leases[0], t0);
-    for i in 1..4 {
+    for (i, &lease) in leases.iter().enumerate().skip(1) {
         let r = sm.release("hot", prev.0, prev.1);
         assert!(r.outcome.is_ok());
         let notices = sm.take_notices();
@@ -123,8 +123,8 @@ fn fifo_handoff_grants_one_waiter_per_release_with_the_release_index() {
             *token, r.revision,
             "token is the index of the freeing entry"
         );
-        assert_eq!(*lease_id, leases[i]);
-        prev = (leases[i], *token);
+        assert_eq!(*lease_id, lease);
+        prev = (lease, *token);
     }
     // A retry of a granted waiter's request id returns the grant.
     let retry = sm.x("w2", "hot", leases[2]);
@@ -370,11 +370,11 @@ fn deadlocks_are_found_with_the_right_victim_and_no_false_positives() {
     // Three-cycle.
     let mut sm = Sm::new();
     let l: Vec<u64> = (0..3).map(|_| sm.lease(60_000)).collect();
-    for i in 0..3 {
-        sm.x(&format!("h{i}"), &format!("k{i}"), l[i]);
+    for (i, &lease) in l.iter().enumerate() {
+        sm.x(&format!("h{i}"), &format!("k{i}"), lease);
     }
-    for i in 0..3 {
-        sm.x(&format!("w{i}"), &format!("k{}", (i + 1) % 3), l[i]);
+    for (i, &lease) in l.iter().enumerate() {
+        sm.x(&format!("w{i}"), &format!("k{}", (i + 1) % 3), lease);
     }
     assert_eq!(sm.state.deadlocked_leases().len(), 3);
     let v = sm.state.deadlock_victims(VictimPolicy::Youngest);
