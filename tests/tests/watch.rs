@@ -76,7 +76,13 @@ async fn resume_without_gaps_or_duplicates_across_restart_and_node_switch() -> a
         again.iter().map(|e| e.id.clone()).collect::<Vec<_>>(),
         all.iter().map(|e| e.id.clone()).collect::<Vec<_>>()
     );
-    c.shutdown().await;
+    // An open watch must not hold up a node's shutdown: the stream ends, the node stops.
+    let open = reqwest::get(url(1)).await?;
+    assert!(open.status().is_success());
+    tokio::time::timeout(std::time::Duration::from_secs(20), c.shutdown())
+        .await
+        .expect("shutdown with an open watch");
+    drop(open);
     Ok(())
 }
 

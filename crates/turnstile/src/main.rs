@@ -1,5 +1,6 @@
 //! The `turnstile` binary: `serve` runs one node, `dev` runs a local cluster in the
-//! foreground. Client commands arrive with the client library.
+//! foreground, and the client commands (`lock`, `kv`, `lease`, `locks`, `watch`, `status`,
+//! in `client_cmd.rs` and `lock_cmd.rs`) talk to a cluster through `turnstile-client`.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -8,7 +9,10 @@ use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
 use turnstile_server::config::{format_initial_cluster, ServeArgs};
 
+mod client_cmd;
 mod dev;
+mod duration_arg;
+mod lock_cmd;
 
 #[derive(Parser)]
 #[command(
@@ -20,6 +24,8 @@ struct Cli {
     /// Log format on stderr.
     #[arg(long, global = true, env = "TURNSTILE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
+    #[command(flatten)]
+    client: client_cmd::ClientArgs,
     #[command(subcommand)]
     command: Cmd,
 }
@@ -36,6 +42,23 @@ enum Cmd {
     Serve(Box<ServeArgs>),
     /// Run a local cluster on loopback in the foreground (Ctrl-C stops it).
     Dev(dev::DevArgs),
+    /// Run a command while holding a lock: turnstile lock NAME [--ttl 10s] [--wait 30s] -- CMD ...
+    Lock(lock_cmd::LockArgs),
+    /// Read and write keys.
+    #[command(subcommand)]
+    Kv(client_cmd::KvCmd),
+    /// Grant, keep alive, revoke and show leases.
+    #[command(subcommand)]
+    Lease(client_cmd::LeaseCmd),
+    /// Show a lock's holders and its queue of waiters.
+    Locks {
+        /// Name of the lock.
+        name: String,
+    },
+    /// Stream changes to keys and locks (until interrupted).
+    Watch(client_cmd::WatchArgs),
+    /// Show the cluster as the answering node sees it.
+    Status,
 }
 
 fn init_logging(format: LogFormat) {
@@ -54,10 +77,26 @@ fn init_logging(format: LogFormat) {
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     init_logging(cli.log_format);
-    match cli.command {
-        Cmd::Serve(args) => serve(*args).await,
-        Cmd::Dev(args) => dev::run(args).await,
+    let client = &cli.client;
+    let result = match cli.command {
+        Cmd::Serve(args) => return serve(*args).await,
+        Cmd::Dev(args) => return dev::run(args).await,
+        Cmd::Lock(args) => lock_cmd::run(client, args).await,
+        Cmd::Kv(cmd) => client_cmd::kv(client, cmd).await,
+        Cmd::Lease(cmd) => client_cmd::lease(client, cmd).await,
+        Cmd::Locks { name } => client_cmd::locks(client, &name).await,
+        Cmd::Watch(args) => client_cmd::watch(client, args).await,
+        Cmd::Status => client_cmd::status(client).await,
+    };
+    // Client commands report failures in one line, and exit with their own codes.
+    let code = result.unwrap_or_else(|e| {
+        eprintln!("turnstile: {e:#}");
+        client_cmd::EXIT_ERROR
+    });
+    if code != 0 {
+        std::process::exit(code);
     }
+    Ok(())
 }
 
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {

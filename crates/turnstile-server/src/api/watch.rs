@@ -207,8 +207,18 @@ pub async fn watch(
             }
             st.applied.borrow_and_update();
             let more = st.fill();
-            if st.pending.is_empty() && !st.done && !more && st.applied.changed().await.is_err() {
-                return None;
+            if st.pending.is_empty() && !st.done && !more {
+                let mut stopping = st.app.stopping.subscribe();
+                tokio::select! {
+                    changed = st.applied.changed() => {
+                        if changed.is_err() {
+                            return None;
+                        }
+                    }
+                    // A stopping node ends its streams so shutdown is not held up; clients
+                    // resume elsewhere with Last-Event-ID.
+                    _ = async { stopping.wait_for(|s| *s).await.map(|_| ()) } => return None,
+                }
             }
         }
     });

@@ -1,0 +1,62 @@
+//! Rust client for Turnstile: leases, locks with fencing tokens, keys, counters, watches, and
+//! sessions that keep a lease alive and say when it can no longer be trusted.
+//!
+//! Module map:
+//! - [`Client`] (`client.rs`): the typed HTTP API; any node answers, the client prefers the
+//!   node that last answered and moves on when one fails (`endpoints.rs`).
+//! - [`Prepared`] (`request.rs`): one request with its `request_id`, and the retry loop that
+//!   resends it (same id) on `no_quorum`, `indeterminate` and transport errors until a
+//!   deadline. The server applies it at most once.
+//! - [`Error`] (`error.rs`): one variant per server code; [`Error::Indeterminate`] is the
+//!   outcome-unknown answer, never folded into a failure.
+//! - [`Watch`] (`watch.rs`, `sse.rs`): a server-sent-events stream that resumes by itself with
+//!   `Last-Event-ID`.
+//! - [`Session`] (`session.rs`, `keepalive.rs`), [`Lost`] (`lost.rs`) and [`LockGuard`]
+//!   (`guard.rs`): a lease kept alive at TTL/3, a local deadline measured from the send time
+//!   of the last confirmed keepalive, and holds that carry their fencing token.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), turnstile_client::Error> {
+//! use std::time::Duration;
+//! use turnstile_client::{Client, LockOptions, PutOptions};
+//!
+//! let client = Client::new(vec!["127.0.0.1:7001".into(), "127.0.0.1:7002".into()])?;
+//! let session = client.session(Duration::from_secs(10)).await?;
+//! let guard = session
+//!     .lock("report", LockOptions { wait: Duration::from_secs(30), ..Default::default() })
+//!     .await?;
+//! // Writes through the fence are refused once this hold has been superseded.
+//! let fenced = PutOptions { fence: Some(guard.fence()), ..Default::default() };
+//! client.put("report/latest", "v1", fenced).await?;
+//! guard.release().await?;
+//! # Ok(()) }
+//! ```
+
+mod client;
+mod endpoints;
+mod error;
+mod guard;
+mod keepalive;
+mod lost;
+mod request;
+mod session;
+mod sse;
+mod types;
+mod watch;
+
+pub use client::{
+    Client, ClientConfig, CONNECT_TIMEOUT_MS_DEFAULT, REQUEST_TIMEOUT_MS_DEFAULT,
+    RETRY_BUDGET_MS_DEFAULT,
+};
+pub use error::Error;
+pub use guard::LockGuard;
+pub use keepalive::{local_deadline, safety_margin, SAFETY_MARGIN_MS_MIN};
+pub use lost::{Lost, LostReason};
+pub use request::{new_request_id, Prepared};
+pub use session::{Session, SessionOptions, SESSION_TTL_MS_DEFAULT};
+pub use types::{
+    AcquireOptions, ClusterInfo, Condition, CounterValue, DeleteOptions, Deleted, Fence,
+    FenceCheck, Grant, Holder, Keepalive, KeyValue, LeaseGrant, LeaseInfo, LockInfo, LockOptions,
+    Member, Mode, MultiGrant, PutOptions, Waiter, Written,
+};
+pub use watch::{EventKind, Watch, WatchEvent, WatchOptions, WATCH_IDLE_MS_DEFAULT};
