@@ -130,3 +130,36 @@ async fn an_old_start_gets_compacted() -> anyhow::Result<()> {
     c.shutdown().await;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_off_node_ends_its_watch_streams() -> anyhow::Result<()> {
+    let c = Cluster::start(3).await?;
+    // A cut-off follower, then a cut-off leader (which keeps its role but hears no quorum).
+    for pick_leader in [false, true] {
+        let leader = c.leader().await?;
+        let node = if pick_leader {
+            leader
+        } else {
+            *c.running()
+                .iter()
+                .find(|&&n| n != leader)
+                .expect("a follower")
+        };
+        let url = c.url(node, "/v1/watch?prefix=");
+        let reader = tokio::spawn(async move { read_sse(&url, None, 1_000).await });
+        let started = std::time::Instant::now();
+        c.isolate(node);
+        // The stream ends (read_sse returns with what it got) instead of idling forever.
+        let got = tokio::time::timeout(std::time::Duration::from_secs(15), reader).await;
+        assert!(
+            got.is_ok(),
+            "the watch on cut-off node {node} (leader: {pick_leader}) kept running"
+        );
+        let ms = started.elapsed().as_millis();
+        println!("cut-off node {node} (leader: {pick_leader}) ended its watch after {ms} ms");
+        c.heal();
+        c.converged().await?;
+    }
+    c.shutdown().await;
+    Ok(())
+}

@@ -15,6 +15,7 @@ use axum::extract::{Query, State};
 use axum::http::HeaderMap;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use futures::stream::{self, Stream};
+use openraft::async_runtime::WatchReceiver;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::sync::watch;
@@ -155,6 +156,40 @@ impl Stream_ {
     }
 }
 
+/// True if this node follows a leader, or leads with a quorum heard from within `span` (a
+/// cut-off leader keeps its role in openraft 0.10 but stops hearing acknowledgements).
+fn hears_a_leader(app: &App, span: Duration) -> bool {
+    let metrics = app.raft.metrics();
+    let m = metrics.borrow_watched();
+    match m.current_leader {
+        None => false,
+        Some(id) if id != app.node_id() => true,
+        // `millis_since_quorum_ack` is deprecated in favour of an Instant-typed field; the
+        // millisecond view is all this check needs.
+        #[allow(deprecated)]
+        Some(_) => m
+            .millis_since_quorum_ack
+            .is_none_or(|ms| u128::from(ms) < span.as_millis()),
+    }
+}
+
+/// Resolves once this node has heard no leader for `span` without a break.
+async fn leaderless_for(app: &App, span: Duration) {
+    let step = Duration::from_millis(app.cfg.heartbeat_ms.max(50));
+    let mut since: Option<tokio::time::Instant> = None;
+    loop {
+        tokio::time::sleep(step).await;
+        if hears_a_leader(app, span) {
+            since = None;
+            continue;
+        }
+        let start = *since.get_or_insert_with(tokio::time::Instant::now);
+        if start.elapsed() >= span {
+            return;
+        }
+    }
+}
+
 pub async fn watch(
     State(app): State<Arc<App>>,
     headers: HeaderMap,
@@ -218,6 +253,13 @@ pub async fn watch(
                     // A stopping node ends its streams so shutdown is not held up; clients
                     // resume elsewhere with Last-Event-ID.
                     _ = async { stopping.wait_for(|s| *s).await.map(|_| ()) } => return None,
+                    // A node that has lost its leader (cut off from the majority) would only
+                    // send keep-alives: end the stream so the client resumes on a node that
+                    // still hears the cluster.
+                    _ = leaderless_for(&st.app, Duration::from_millis(2 * st.app.cfg.election_timeout_ms_max)) => {
+                        tracing::info!("ending a watch stream: no leader known");
+                        return None;
+                    }
                 }
             }
         }
