@@ -15,19 +15,7 @@ use crate::identity::Phase;
 
 pub async fn cluster(State(app): State<Arc<App>>) -> Json<Value> {
     let m = app.raft.metrics().borrow_watched().clone();
-    let members: Vec<Value> = m
-        .membership_config
-        .membership()
-        .nodes()
-        .map(|(id, node)| {
-            let voter = m
-                .membership_config
-                .membership()
-                .voter_ids()
-                .any(|v| v == *id);
-            json!({"id": id, "addr": node.addr, "voter": voter})
-        })
-        .collect();
+    let members = crate::api::members::members_json(&m);
     // Digest and applied index are read under one lock, so they describe the same state.
     let (cluster_id, applied_index, state_digest, sm_time_ms) = {
         let inner = app.sm.read();

@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 use turnstile_core::{Command, Outcome};
 
 use crate::api::extract::{Body, Param};
-use crate::api::ops::unexpected;
+use crate::api::ops::{unexpected, unexpected_answer};
 use crate::api::validate;
 use crate::app::App;
 use crate::error::ApiError;
@@ -51,6 +51,6 @@ pub async fn get(
     validate::counter_name(&name)?;
     match app.read(ReadQuery::Counter { name }).await? {
         ReadAnswer::Counter(view) => Ok(Json(serde_json::to_value(view).unwrap_or_default())),
-        _ => Err(ApiError::NotFound("unexpected read answer".into())),
+        other => Err(unexpected_answer(&other)),
     }
 }

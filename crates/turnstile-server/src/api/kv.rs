@@ -9,6 +9,7 @@ use serde_json::{json, Value};
 use turnstile_core::{Command, Condition, Fence, Outcome};
 
 use crate::api::extract::{Body, Param};
+use crate::api::ops::unexpected_answer;
 use crate::api::validate;
 use crate::app::App;
 use crate::error::ApiError;
@@ -124,6 +125,6 @@ pub async fn get(
         ReadAnswer::Key(None) => Err(ApiError::KeyNotFound {
             what: format!("key {key:?}"),
         }),
-        _ => Err(ApiError::NotFound("unexpected read answer".into())),
+        other => Err(unexpected_answer(&other)),
     }
 }

@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 use turnstile_core::{Command, Outcome};
 
 use crate::api::extract::{Body, Param};
-use crate::api::ops::unexpected;
+use crate::api::ops::{unexpected, unexpected_answer};
 use crate::api::validate;
 use crate::app::App;
 use crate::error::ApiError;
@@ -95,6 +95,6 @@ pub async fn get(
         ReadAnswer::Lease(None) => {
             Err(turnstile_core::ApplyError::LeaseNotFound { lease_id: id }.into())
         }
-        _ => Err(ApiError::NotFound("unexpected read answer".into())),
+        other => Err(unexpected_answer(&other)),
     }
 }

@@ -11,7 +11,7 @@ use turnstile_core::{limits, Command, LockMode, Outcome};
 
 use crate::api::acquire::{self, AcquireArgs, WAIT_MS_MAX};
 use crate::api::extract::{Body, Param};
-use crate::api::ops::unexpected;
+use crate::api::ops::{unexpected, unexpected_answer};
 use crate::api::validate;
 use crate::app::App;
 use crate::error::ApiError;
@@ -178,7 +178,7 @@ pub async fn get(
     validate::lock_name(&name)?;
     match app.read(ReadQuery::Lock { name }).await? {
         ReadAnswer::Lock(view) => Ok(Json(serde_json::to_value(view).unwrap_or_default())),
-        _ => Err(ApiError::NotFound("unexpected read answer".into())),
+        other => Err(unexpected_answer(&other)),
     }
 }
 
@@ -210,6 +210,6 @@ pub async fn fence_check(
                 json!({"current": view.current && same_cluster, "current_token": view.current_token}),
             ))
         }
-        _ => Err(ApiError::NotFound("unexpected read answer".into())),
+        other => Err(unexpected_answer(&other)),
     }
 }

@@ -14,15 +14,21 @@ use crate::api::validate;
 use crate::app::App;
 use crate::error::ApiError;
 use crate::proto::{MemberOp, MEMBER_PATH};
+use turnstile_raft::types::RaftMetrics;
+
+/// Every member of the current membership as `{id, addr, voter}`.
+pub fn members_json(m: &RaftMetrics) -> Vec<Value> {
+    let membership = m.membership_config.membership();
+    let voters: std::collections::BTreeSet<u64> = membership.voter_ids().collect();
+    membership
+        .nodes()
+        .map(|(id, node)| json!({"id": id, "addr": node.addr, "voter": voters.contains(id)}))
+        .collect()
+}
 
 pub async fn list(State(app): State<Arc<App>>) -> Json<Value> {
     let m = app.raft.metrics().borrow_watched().clone();
-    let membership = m.membership_config.membership();
-    let members: Vec<Value> = membership
-        .nodes()
-        .map(|(id, node)| json!({"id": id, "addr": node.addr, "voter": membership.voter_ids().any(|v| v == *id)}))
-        .collect();
-    Json(json!({"leader_id": m.current_leader, "members": members}))
+    Json(json!({"leader_id": m.current_leader, "members": members_json(&m)}))
 }
 
 #[derive(Deserialize)]

@@ -80,3 +80,9 @@ pub fn unexpected(outcome: &Outcome) -> ApiError {
         reason: "unexpected outcome".into(),
     })
 }
+
+/// A read answered with the wrong kind of view: a bug, reported without panicking.
+pub fn unexpected_answer(answer: &ReadAnswer) -> ApiError {
+    tracing::error!(?answer, "unexpected read answer");
+    ApiError::NotFound("unexpected read answer".into())
+}
