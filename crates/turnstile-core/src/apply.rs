@@ -408,7 +408,7 @@ impl State {
     fn expire_due(&mut self, ctx: &mut Ctx<'_>) -> Vec<u64> {
         let due = self.leases_due_at(self.sm_time_ms, usize::MAX);
         let mut affected = std::collections::BTreeSet::new();
-        for &lease_id in &due {
+        for &lease_id in due.iter().filter(|_| !fail_due_waits_late()) {
             let tickets: Vec<String> = self
                 .leases
                 .get(&lease_id)
@@ -569,3 +569,14 @@ mod apply_test;
 #[cfg(test)]
 #[path = "locks_test.rs"]
 mod locks_test;
+
+/// Whether expiry skips failing due leases' waits before freeing locks (a test-only bug).
+#[cfg(feature = "bug-injection")]
+fn fail_due_waits_late() -> bool {
+    crate::bugs::grant_due_waiters()
+}
+
+#[cfg(not(feature = "bug-injection"))]
+fn fail_due_waits_late() -> bool {
+    false
+}

@@ -15,6 +15,8 @@
 //! and every collection is ordered, so two replicas applying the same log end byte-identical.
 
 pub mod apply;
+#[cfg(feature = "bug-injection")]
+pub mod bugs;
 pub mod codec;
 pub mod command;
 pub mod deadlock;

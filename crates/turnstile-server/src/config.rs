@@ -146,6 +146,8 @@ pub struct NodeConfig {
     pub deadlock_victim: DeadlockVictim,
     pub enable_test_hooks: bool,
     pub check_invariants: bool,
+    /// Test-only broken behaviour (`TURNSTILE_BUGS`); all off unless the harness asks.
+    pub bugs: crate::bugs::Bugs,
 }
 
 /// Why a configuration was refused.
@@ -232,6 +234,7 @@ impl ServeArgs {
                 .unwrap_or_default(),
             enable_test_hooks: self.enable_test_hooks,
             check_invariants: self.check_invariants,
+            bugs: crate::bugs::Bugs::default(),
         };
         cfg.validate()?;
         Ok(cfg)

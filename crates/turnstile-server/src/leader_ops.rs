@@ -112,11 +112,16 @@ impl App {
             }
             Ok(Ok(_)) => {}
         }
+        Ok(self.answer_locally(query))
+    }
+
+    /// Answers a read from this node's applied state. Linearizable only after ReadIndex.
+    pub(crate) fn answer_locally(&self, query: &ReadQuery) -> ReadAnswer {
         let term = self.term();
         let inner = self.sm.read();
         let state = &inner.state;
         let now_ms = self.clock.now_ms(term, state.sm_time_ms);
-        Ok(match query {
+        match query {
             ReadQuery::Lease { lease_id } => {
                 ReadAnswer::Lease(LeaseView::of(state, *lease_id, now_ms))
             }
@@ -126,7 +131,7 @@ impl App {
             ReadQuery::Fence { name, token } => {
                 ReadAnswer::Fence(FenceView::of(state, name, *token))
             }
-        })
+        }
     }
 
     /// [`App::member_local`] with a deadline; past it the change's outcome is unknown.

@@ -16,6 +16,7 @@
 pub mod api;
 pub mod app;
 pub mod bootstrap;
+pub mod bugs;
 pub mod clock;
 pub mod config;
 pub mod driver;
@@ -26,5 +27,6 @@ pub mod node;
 pub mod peer_api;
 pub mod proto;
 pub mod routing;
+pub mod serve;
 pub mod views;
 pub mod waiters;

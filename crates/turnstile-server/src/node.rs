@@ -36,6 +36,8 @@ pub enum StartError {
     },
     #[error(transparent)]
     Identity(#[from] IdentityError),
+    #[error(transparent)]
+    Bugs(#[from] crate::bugs::BugsError),
     #[error("log store: {0}")]
     LogStore(#[from] LogStoreError),
     #[error("state machine: {0}")]
@@ -92,11 +94,13 @@ impl RunningNode {
 /// Starts a node serving on `listener` (bind port 0 in tests and pass the real address in
 /// `cfg.initial_cluster`).
 pub async fn start(
-    cfg: NodeConfig,
+    mut cfg: NodeConfig,
     listener: TcpListener,
     faults: Faults,
 ) -> Result<RunningNode, StartError> {
     let addr = listener.local_addr().map_err(StartError::Listener)?;
+    // Before anything applies: every replica of a bug-injection run must break the same way.
+    cfg.bugs = crate::bugs::Bugs::from_env(cfg.enable_test_hooks)?;
     std::fs::create_dir_all(&cfg.data_dir).map_err(|source| StartError::DataDir {
         path: cfg.data_dir.clone(),
         source,

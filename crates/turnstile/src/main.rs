@@ -5,9 +5,8 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
-use turnstile_server::config::{format_initial_cluster, ServeArgs};
+use turnstile_server::config::ServeArgs;
 
 mod client_cmd;
 mod dev;
@@ -79,7 +78,7 @@ async fn main() -> anyhow::Result<()> {
     init_logging(cli.log_format);
     let client = &cli.client;
     let result = match cli.command {
-        Cmd::Serve(args) => return serve(*args).await,
+        Cmd::Serve(args) => return turnstile_server::serve::serve(*args).await,
         Cmd::Dev(args) => return dev::run(args).await,
         Cmd::Lock(args) => lock_cmd::run(client, args).await,
         Cmd::Kv(cmd) => client_cmd::kv(client, cmd).await,
@@ -99,36 +98,7 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn serve(args: ServeArgs) -> anyhow::Result<()> {
-    let cfg = args.resolve().context("invalid configuration")?;
-    let listener = tokio::net::TcpListener::bind(cfg.listen)
-        .await
-        .with_context(|| format!("cannot listen on {}", cfg.listen))?;
-    tracing::info!(initial_cluster = %format_initial_cluster(&cfg.initial_cluster), "starting");
-    let node = turnstile_server::node::start(cfg, listener, Default::default())
-        .await
-        .context("node failed to start")?;
-    wait_for_signal().await;
-    tracing::info!("signal received; stopping");
-    node.shutdown().await;
-    Ok(())
-}
-
-/// Resolves on SIGINT or SIGTERM.
-pub async fn wait_for_signal() {
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term => {}
-    }
-}
+pub use turnstile_server::serve::wait_for_signal;
 
 /// Listen address of dev node `i` (1-based).
 fn dev_addr(base_port: u16, i: u16) -> SocketAddr {

@@ -22,6 +22,7 @@ impl App {
         request_id: Option<String>,
         command: Command,
     ) -> Result<Written, ApiError> {
+        let (request_id, command) = self.cfg.bugs.break_write(request_id, command);
         let req = ProposeRequest {
             request_id,
             command,
@@ -61,6 +62,9 @@ impl App {
 
     /// Routes a linearizable read to the leader.
     pub async fn read(&self, query: ReadQuery) -> Result<ReadAnswer, ApiError> {
+        if self.cfg.bugs.local_reads {
+            return Ok(self.answer_locally(&query));
+        }
         let timeout_ms = self.cfg.request_timeout_ms;
         let answer = self
             .on_leader(READ_PATH, &query, timeout_ms, || self.read_local(&query))
