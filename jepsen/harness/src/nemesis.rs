@@ -1,0 +1,247 @@
+//! The nemesis: a seeded schedule of faults against the cluster's processes and network. Each
+//! fault is held for a while, undone, and recorded as a window, with the nodes it left unable
+//! to reach a majority (which must grant nothing meanwhile).
+//!
+//! Faults: SIGKILL + restart (a random node or the leader), SIGSTOP + SIGCONT (a random node
+//! or the leader, often longer than the TTL and the election timeout), partitions (isolate one
+//! node, isolate the leader, majority/minority split, a bridge, one-way), and a jump of a node's
+//! wall clock by an hour.
+
+use std::time::{Duration, Instant};
+
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+
+use crate::cluster::ProcCluster;
+use crate::recorder::Recorder;
+
+/// Every fault the nemesis can apply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    Kill,
+    KillLeader,
+    Pause,
+    PauseLeader,
+    IsolateOne,
+    IsolateLeader,
+    MajorityMinority,
+    Bridge,
+    OneWay,
+    ClockJump,
+}
+
+impl Fault {
+    pub const ALL: [Fault; 10] = [
+        Fault::Kill,
+        Fault::KillLeader,
+        Fault::Pause,
+        Fault::PauseLeader,
+        Fault::IsolateOne,
+        Fault::IsolateLeader,
+        Fault::MajorityMinority,
+        Fault::Bridge,
+        Fault::OneWay,
+        Fault::ClockJump,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Fault::Kill => "kill",
+            Fault::KillLeader => "kill-leader",
+            Fault::Pause => "pause",
+            Fault::PauseLeader => "pause-leader",
+            Fault::IsolateOne => "isolate",
+            Fault::IsolateLeader => "isolate-leader",
+            Fault::MajorityMinority => "partition-majority",
+            Fault::Bridge => "partition-bridge",
+            Fault::OneWay => "partition-one-way",
+            Fault::ClockJump => "clock-jump",
+        }
+    }
+
+    /// Parses a name as printed by [`Fault::name`].
+    pub fn parse(name: &str) -> Option<Fault> {
+        Fault::ALL.into_iter().find(|f| f.name() == name)
+    }
+}
+
+/// How the nemesis runs.
+#[derive(Debug, Clone)]
+pub struct NemesisPlan {
+    pub seed: u64,
+    pub faults: Vec<Fault>,
+    /// Quiet time between faults, ms (drawn uniformly).
+    pub quiet_ms: (u64, u64),
+    /// How long a fault is held, ms.
+    pub hold_ms: (u64, u64),
+    pub deadline: Instant,
+}
+
+/// One wall-clock jump: an hour, far past every TTL.
+pub const CLOCK_JUMP_MS: i64 = 3_600_000;
+
+/// The node that currently reports itself leader, if one answers quickly.
+pub async fn current_leader(cluster: &ProcCluster) -> Option<u64> {
+    for id in cluster.live() {
+        if let Ok(Ok(s)) =
+            tokio::time::timeout(Duration::from_millis(500), cluster.status(id)).await
+        {
+            if s["state"] == "Leader" {
+                return Some(id);
+            }
+        }
+    }
+    None
+}
+
+/// Runs the schedule until the deadline; returns the cluster with every fault undone.
+pub async fn run(mut cluster: ProcCluster, rec: Recorder, plan: NemesisPlan) -> ProcCluster {
+    let mut rng = StdRng::seed_from_u64(plan.seed);
+    if plan.faults.is_empty() {
+        return cluster;
+    }
+    loop {
+        let quiet = rng.gen_range(plan.quiet_ms.0..=plan.quiet_ms.1);
+        tokio::time::sleep(Duration::from_millis(quiet)).await;
+        if Instant::now() >= plan.deadline {
+            break;
+        }
+        let Some(&fault) = plan.faults.choose(&mut rng) else {
+            break;
+        };
+        let hold = Duration::from_millis(rng.gen_range(plan.hold_ms.0..=plan.hold_ms.1));
+        if let Err(e) = apply(&mut cluster, &rec, &mut rng, fault, hold).await {
+            tracing::warn!(fault = fault.name(), error = %e, "nemesis fault failed");
+        }
+    }
+    cluster
+}
+
+/// Applies one fault, holds it, undoes it. The recorded window opens only once the fault is
+/// fully in force and closes before it is undone, so "in a minority for the whole window" is
+/// true of every instant inside it (the minority check relies on that).
+async fn apply(
+    cluster: &mut ProcCluster,
+    rec: &Recorder,
+    rng: &mut StdRng,
+    fault: Fault,
+    hold: Duration,
+) -> anyhow::Result<()> {
+    let ids = cluster.ids();
+    let majority = ids.len() / 2 + 1;
+    let leader = current_leader(cluster).await;
+    let random = *ids.choose(rng).ok_or_else(|| anyhow::anyhow!("no nodes"))?;
+    let leader_or_random = leader.unwrap_or(random);
+    match fault {
+        Fault::Kill | Fault::KillLeader => {
+            let target = if fault == Fault::Kill {
+                random
+            } else {
+                leader_or_random
+            };
+            cluster.kill(target)?;
+            let w = rec.start_window(fault.name(), vec![target], vec![]);
+            tokio::time::sleep(hold).await;
+            rec.end_window(w);
+            cluster.restart(target)?;
+        }
+        Fault::Pause | Fault::PauseLeader => {
+            let target = if fault == Fault::Pause {
+                random
+            } else {
+                leader_or_random
+            };
+            // A frozen node can do nothing on its own authority: list it with the minority.
+            cluster.pause(target)?;
+            let w = rec.start_window(fault.name(), vec![target], vec![target]);
+            tokio::time::sleep(hold).await;
+            rec.end_window(w);
+            cluster.resume(target)?;
+        }
+        Fault::IsolateOne | Fault::IsolateLeader => {
+            let target = if fault == Fault::IsolateOne {
+                random
+            } else {
+                leader_or_random
+            };
+            cluster.isolate(target)?;
+            let w = rec.start_window(fault.name(), vec![target], vec![target]);
+            tokio::time::sleep(hold).await;
+            rec.end_window(w);
+            cluster.heal()?;
+        }
+        Fault::MajorityMinority => {
+            let mut shuffled = ids.clone();
+            shuffled.shuffle(rng);
+            let (small, big) = shuffled.split_at(ids.len() - majority);
+            cluster.partition(&[small.to_vec(), big.to_vec()])?;
+            let w = rec.start_window(fault.name(), small.to_vec(), small.to_vec());
+            tokio::time::sleep(hold).await;
+            rec.end_window(w);
+            cluster.heal()?;
+        }
+        Fault::Bridge => {
+            // Two halves that cannot hear each other, joined by one node that hears both: the
+            // bridge's side has a majority, so nobody is provably in a minority.
+            let mut shuffled = ids.clone();
+            shuffled.shuffle(rng);
+            let bridge = shuffled[0];
+            let rest = &shuffled[1..];
+            let (a, b) = rest.split_at(rest.len() / 2);
+            let mut left = a.to_vec();
+            left.push(bridge);
+            let mut right = b.to_vec();
+            right.push(bridge);
+            cluster.partition(&[left, right])?;
+            let w = rec.start_window(fault.name(), vec![bridge], vec![]);
+            tokio::time::sleep(hold).await;
+            rec.end_window(w);
+            cluster.heal()?;
+        }
+        Fault::OneWay => {
+            // The leader stops hearing one follower (its acks vanish; it still sends).
+            let to = leader_or_random;
+            let from = *ids
+                .iter()
+                .filter(|&&i| i != to)
+                .collect::<Vec<_>>()
+                .choose(rng)
+                .copied()
+                .ok_or_else(|| anyhow::anyhow!("no second node"))?;
+            cluster.drop_one_way(from, to)?;
+            let w = rec.start_window(fault.name(), vec![from, to], vec![]);
+            tokio::time::sleep(hold).await;
+            rec.end_window(w);
+            cluster.heal()?;
+        }
+        Fault::ClockJump => {
+            let target = leader_or_random;
+            cluster.clock_jump(target, CLOCK_JUMP_MS).await?;
+            let w = rec.start_window(fault.name(), vec![target], vec![]);
+            tokio::time::sleep(hold).await;
+            rec.end_window(w);
+            cluster.clock_jump(target, 0).await?;
+        }
+    }
+    Ok(())
+}
+
+/// Undoes everything: heals partitions, resumes paused nodes, restarts killed ones, resets
+/// clocks.
+pub async fn heal_all(cluster: &mut ProcCluster) -> anyhow::Result<()> {
+    cluster.heal()?;
+    for id in cluster.ids() {
+        if cluster.is_paused(id) {
+            cluster.resume(id)?;
+        }
+        if !cluster.is_running(id) {
+            cluster.restart(id)?;
+        }
+    }
+    for id in cluster.ids() {
+        // A node still starting may refuse; its offset is 0 after a restart anyway.
+        let _ = cluster.clock_jump(id, 0).await;
+    }
+    Ok(())
+}

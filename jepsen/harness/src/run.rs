@@ -1,0 +1,482 @@
+//! One chaos run: start a cluster in network namespaces, run the workloads and the nemesis on
+//! their seeded schedules for the configured time, heal everything, wait for convergence, take
+//! the final reads, then write the run folder (history, nemesis windows, leaders, watch
+//! deliveries, verdicts, report) and check it.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use serde::Serialize;
+use turnstile_checker::history::{FinalNodeState, Recorded};
+use turnstile_checker::{CheckResult, Validity};
+
+use crate::cluster::{ClusterOptions, ProcCluster};
+use crate::http::Http;
+use crate::nemesis::{self, Fault, NemesisPlan};
+use crate::recorder::Recorder;
+use crate::watcher::{self, WatcherPlan};
+use crate::workload::{self, WorkerCtx};
+
+/// Longest the linearizability search may take per model before it answers "unknown".
+const SEARCH_BUDGET_MS: u64 = 30_000;
+/// How long after the run the watchers get to deliver the final revision.
+const DRAIN_MS: u64 = 15_000;
+/// Process ids of the final reads start here (workers' ids stay far below).
+const FINAL_PROCESS_BASE: u64 = 1 << 40;
+
+/// Everything one run needs.
+#[derive(Debug, Clone)]
+pub struct RunConfig {
+    pub seed: u64,
+    pub duration: Duration,
+    pub nodes: u64,
+    /// `TURNSTILE_BUGS` for the nodes (empty: a correct server).
+    pub bugs: String,
+    pub faults: Vec<Fault>,
+    pub register_workers: u64,
+    pub counter_workers: u64,
+    pub lock_workers: u64,
+    pub watchers: u64,
+    /// The run fails unless at least this many faults were applied ...
+    pub min_faults: usize,
+    /// ... and at least this many distinct leader terms were observed.
+    pub min_leader_terms: usize,
+    /// The run folder is created under here.
+    pub out_root: PathBuf,
+    /// The node binary (`turnstile-jepsen`).
+    pub binary: PathBuf,
+    pub quiet_ms: (u64, u64),
+    pub hold_ms: (u64, u64),
+}
+
+impl RunConfig {
+    /// Defaults for a run of `duration` with `seed`: 5 nodes, every fault, every workload.
+    pub fn new(seed: u64, duration: Duration, binary: PathBuf, out_root: PathBuf) -> RunConfig {
+        RunConfig {
+            seed,
+            duration,
+            nodes: 5,
+            bugs: String::new(),
+            faults: Fault::ALL.to_vec(),
+            register_workers: 5,
+            counter_workers: 2,
+            lock_workers: 6,
+            watchers: 2,
+            min_faults: 3,
+            min_leader_terms: 2,
+            out_root,
+            binary,
+            quiet_ms: (1_000, 2_500),
+            hold_ms: (1_500, 3_500),
+        }
+    }
+}
+
+/// What a run found.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunSummary {
+    pub seed: u64,
+    pub bugs: String,
+    pub dir: PathBuf,
+    pub duration_s: f64,
+    pub ops: usize,
+    pub ok: usize,
+    pub fail: usize,
+    pub info: usize,
+    pub faults: usize,
+    pub leader_terms: usize,
+    pub results: Vec<CheckResult>,
+    /// Set when the run did not get the faults or leader changes it demanded.
+    pub too_gentle: Option<String>,
+}
+
+impl RunSummary {
+    /// Every checker valid and the run as rough as demanded.
+    pub fn passed(&self) -> bool {
+        self.too_gentle.is_none() && self.results.iter().all(|r| r.validity == Validity::Valid)
+    }
+
+    /// Names of the checkers that found a violation.
+    pub fn invalid(&self) -> Vec<String> {
+        self.results
+            .iter()
+            .filter(|r| r.validity == Validity::Invalid)
+            .map(|r| r.name.clone())
+            .collect()
+    }
+
+    /// A few lines for a terminal.
+    pub fn render(&self) -> String {
+        let mut out = format!(
+            "seed {} bugs [{}]: {:.0} s, {} ops ({} ok, {} fail, {} info), {} faults, {} leader terms\n",
+            self.seed, self.bugs, self.duration_s, self.ops, self.ok, self.fail, self.info,
+            self.faults, self.leader_terms
+        );
+        for r in &self.results {
+            out.push_str(&format!("  {:?} {}: {}\n", r.validity, r.name, r.checked));
+            for p in r.problems.iter().take(3) {
+                out.push_str(&format!("      {p}\n"));
+            }
+        }
+        if let Some(g) = &self.too_gentle {
+            out.push_str(&format!("  TOO GENTLE: {g}\n"));
+        }
+        out.push_str(&format!("  folder: {}\n", self.dir.display()));
+        out
+    }
+}
+
+/// Runs one seeded chaos run and checks it.
+pub async fn run(cfg: RunConfig) -> anyhow::Result<RunSummary> {
+    let dir = run_dir(&cfg)?;
+    let data = tempfile::tempdir().context("cannot create the data dir")?;
+    println!(
+        "turnstile-jepsen: seed {} for {} s, bugs [{}], folder {}",
+        cfg.seed,
+        cfg.duration.as_secs(),
+        cfg.bugs,
+        dir.display()
+    );
+    let cluster = ProcCluster::start(ClusterOptions {
+        nodes: cfg.nodes,
+        binary: cfg.binary.clone(),
+        dir: data.path().to_path_buf(),
+        bugs: cfg.bugs.clone(),
+        extra_args: vec![],
+    })
+    .await?;
+    let rec = Recorder::new();
+    let http = Http::new()?;
+    let endpoints = cluster.endpoints();
+    let started = Instant::now();
+    let deadline = started + cfg.duration;
+
+    let monitor = tokio::spawn(monitor(
+        rec.clone(),
+        http.clone(),
+        endpoints.clone(),
+        deadline,
+    ));
+    let (drain_tx, drain_rx) = tokio::sync::watch::channel(None);
+    let mut watchers = Vec::new();
+    for watcher in 0..cfg.watchers {
+        let plan = WatcherPlan {
+            watcher,
+            endpoints: endpoints.clone(),
+            deadline,
+            drain_to: drain_rx.clone(),
+            drain_deadline: deadline + Duration::from_millis(DRAIN_MS + 30_000),
+        };
+        watchers.push(tokio::spawn(watcher::watcher(
+            rec.clone(),
+            http.inner().clone(),
+            plan,
+        )));
+    }
+    let workers_total = cfg.register_workers + cfg.counter_workers + cfg.lock_workers;
+    let ctx = WorkerCtx {
+        rec: rec.clone(),
+        http: http.clone(),
+        endpoints: endpoints.clone(),
+        deadline,
+        workers_total,
+    };
+    let mut workers = Vec::new();
+    let mut index = 0;
+    for _ in 0..cfg.register_workers {
+        workers.push(tokio::spawn(workload::register_worker(
+            ctx.clone(),
+            index,
+            cfg.seed,
+        )));
+        index += 1;
+    }
+    for _ in 0..cfg.counter_workers {
+        workers.push(tokio::spawn(workload::counter_worker(
+            ctx.clone(),
+            index,
+            cfg.seed,
+        )));
+        index += 1;
+    }
+    for _ in 0..cfg.lock_workers {
+        workers.push(tokio::spawn(workload::lock_worker(
+            ctx.clone(),
+            index,
+            cfg.seed,
+        )));
+        index += 1;
+    }
+    let plan = NemesisPlan {
+        seed: cfg.seed,
+        faults: cfg.faults.clone(),
+        quiet_ms: cfg.quiet_ms,
+        hold_ms: cfg.hold_ms,
+        deadline,
+    };
+    let mut cluster = nemesis::run(cluster, rec.clone(), plan).await;
+    phase(started, "nemesis done");
+    for w in workers {
+        let _ = w.await;
+    }
+    phase(started, "workers done");
+    nemesis::heal_all(&mut cluster).await?;
+    let converged = cluster.converged().await;
+    phase(started, "converged");
+    let finals = final_reads(&cluster, &rec, &http).await;
+    phase(started, "final reads done");
+    // The watchers drain up to a marker write made after everything else: its revision is an
+    // event every watcher must deliver (an applied index need not carry an event).
+    let _ = drain_tx.send(Some(end_marker(&cluster, &http).await.unwrap_or(u64::MAX)));
+    for w in watchers {
+        let _ = w.await;
+    }
+    phase(started, "watchers drained");
+    let _ = monitor.await;
+    rec.set_final(finals);
+    let recorded = rec.snapshot();
+    for id in cluster.ids() {
+        let _ = std::fs::copy(cluster.log_path(id), dir.join(format!("node-{id}.log")));
+    }
+    drop(cluster);
+    let (faults, leader_terms) = rec.counts();
+    let mut results = check(&recorded);
+    if let Err(e) = converged {
+        results.push(CheckResult {
+            name: "converged".into(),
+            validity: Validity::Invalid,
+            checked: "final heal".into(),
+            problems: vec![e.to_string()],
+        });
+    }
+    let too_gentle = (faults < cfg.min_faults || leader_terms < cfg.min_leader_terms).then(|| {
+        format!(
+            "{faults} faults (demanded {}), {leader_terms} leader terms (demanded {})",
+            cfg.min_faults, cfg.min_leader_terms
+        )
+    });
+    let summary = summarize(
+        &cfg,
+        &dir,
+        started,
+        &recorded,
+        faults,
+        leader_terms,
+        results,
+        too_gentle,
+    );
+    write_outputs(&dir, &recorded, &summary)?;
+    Ok(summary)
+}
+
+/// Prints a phase of the run with the time since it started.
+fn phase(started: Instant, what: &str) {
+    println!("  [{:>6.1} s] {what}", started.elapsed().as_secs_f64());
+}
+
+fn run_dir(cfg: &RunConfig) -> anyhow::Result<PathBuf> {
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let bugs = if cfg.bugs.is_empty() {
+        "correct".to_string()
+    } else {
+        cfg.bugs.replace(',', "+")
+    };
+    let dir = cfg
+        .out_root
+        .join(format!("{stamp}-seed{}-{bugs}", cfg.seed));
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    Ok(dir)
+}
+
+/// Polls every node's `/v1/cluster` and records who leads which term.
+async fn monitor(rec: Recorder, http: Http, endpoints: Vec<String>, deadline: Instant) {
+    let client = http.inner().clone();
+    while Instant::now() < deadline + Duration::from_millis(DRAIN_MS) {
+        for (i, e) in endpoints.iter().enumerate() {
+            let req = client
+                .get(format!("{e}/v1/cluster"))
+                .timeout(Duration::from_millis(300));
+            if let Ok(resp) = req.send().await {
+                if let Ok(v) = resp.json::<serde_json::Value>().await {
+                    if v["state"] == "Leader" {
+                        if let Some(term) = v["term"].as_u64() {
+                            rec.leader(i as u64 + 1, term);
+                        }
+                    }
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        if Instant::now() >= deadline {
+            break;
+        }
+    }
+}
+
+/// After the heal: read every set, the counter and every register through the leader, and
+/// every node's applied index and digest.
+async fn final_reads(cluster: &ProcCluster, rec: &Recorder, http: &Http) -> Vec<FinalNodeState> {
+    let leader = cluster.leader().await.map(|(id, _)| id).unwrap_or(1);
+    let endpoint = cluster.endpoint(leader);
+    let mut process = FINAL_PROCESS_BASE;
+    for l in 0..workload::LOCKS {
+        // Retry a failed final read a few times: the set check needs one.
+        for _ in 0..10 {
+            process += 1;
+            let lock = workload::lock_name(l);
+            if !workload::read_set_at(rec, http, &endpoint, process, leader, &lock).await {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+    process += 1;
+    workload::final_counter_read(rec, http, &endpoint, process, leader).await;
+    for k in 0..workload::REGISTER_KEYS {
+        process += 1;
+        workload::final_register_read(rec, http, &endpoint, process, leader, k).await;
+    }
+    let mut finals = Vec::new();
+    if let Ok(nodes) = cluster.converged().await {
+        for (node, applied_index, state_digest) in nodes {
+            finals.push(FinalNodeState {
+                node,
+                applied_index,
+                state_digest,
+            });
+        }
+    }
+    finals
+}
+
+/// Writes the end marker key through the leader and returns its revision.
+async fn end_marker(cluster: &ProcCluster, http: &Http) -> Option<u64> {
+    let (leader, _) = cluster.leader().await.ok()?;
+    let url = format!("{}/v1/kv/jepsen-end", cluster.endpoint(leader));
+    let body = serde_json::json!({"value": "end"});
+    let a = http
+        .send(
+            reqwest::Method::PUT,
+            &url,
+            Some(&body),
+            crate::http::Effect::Write,
+            None,
+        )
+        .await;
+    a.body["revision"].as_u64().filter(|_| a.is_ok())
+}
+
+/// Runs every checker over a recorded run.
+pub fn check(recorded: &Recorded) -> Vec<CheckResult> {
+    use turnstile_checker::{locks, models, watch, wgl};
+    let ops = match turnstile_checker::history::pair(&recorded.events) {
+        Ok(ops) => ops,
+        Err(e) => {
+            return vec![CheckResult {
+                name: "history".into(),
+                validity: Validity::Invalid,
+                checked: format!("{} events", recorded.events.len()),
+                problems: vec![e.to_string()],
+            }]
+        }
+    };
+    let budget = Duration::from_millis(SEARCH_BUDGET_MS);
+    vec![
+        wgl::check("linearizable-register", &models::Register, &ops, budget),
+        wgl::check("linearizable-counter", &models::Counter, &ops, budget),
+        locks::counter_bounds(&ops),
+        locks::token_uniqueness(&ops),
+        locks::token_real_time_order(&ops),
+        locks::grant_provenance(&ops, &recorded.watch, &recorded.watch_ends),
+        locks::no_grant_to_expired_lease(&ops, &recorded.watch),
+        locks::fence_never_accepts_superseded(&ops),
+        locks::set_no_lost_adds(&ops),
+        locks::minority_grants(&ops, &recorded.nemesis, &recorded.leaders),
+        locks::digests_converged(&recorded.final_nodes),
+        watch::watch_check(&recorded.watch, &recorded.watch_ends),
+    ]
+}
+
+#[allow(clippy::too_many_arguments)]
+fn summarize(
+    cfg: &RunConfig,
+    dir: &Path,
+    started: Instant,
+    recorded: &Recorded,
+    faults: usize,
+    leader_terms: usize,
+    results: Vec<CheckResult>,
+    too_gentle: Option<String>,
+) -> RunSummary {
+    use turnstile_checker::history::EventType;
+    let count = |k: EventType| recorded.events.iter().filter(|e| e.kind == k).count();
+    RunSummary {
+        seed: cfg.seed,
+        bugs: cfg.bugs.clone(),
+        dir: dir.to_path_buf(),
+        duration_s: started.elapsed().as_secs_f64(),
+        ops: count(EventType::Invoke),
+        ok: count(EventType::Ok),
+        fail: count(EventType::Fail),
+        info: count(EventType::Info),
+        faults,
+        leader_terms,
+        results,
+        too_gentle,
+    }
+}
+
+/// Writes the run folder: JSON lines of events and deliveries, JSON of the rest, the report.
+pub fn write_outputs(dir: &Path, recorded: &Recorded, summary: &RunSummary) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut history = std::io::BufWriter::new(std::fs::File::create(dir.join("history.jsonl"))?);
+    for e in &recorded.events {
+        serde_json::to_writer(&mut history, e)?;
+        history.write_all(b"\n")?;
+    }
+    history.flush()?;
+    let mut watch = std::io::BufWriter::new(std::fs::File::create(dir.join("watch.jsonl"))?);
+    for d in &recorded.watch {
+        serde_json::to_writer(&mut watch, d)?;
+        watch.write_all(b"\n")?;
+    }
+    watch.flush()?;
+    let rest = serde_json::json!({
+        "nemesis": recorded.nemesis,
+        "leaders": recorded.leaders,
+        "watch_ends": recorded.watch_ends,
+        "final_nodes": recorded.final_nodes,
+    });
+    std::fs::write(dir.join("run.json"), serde_json::to_vec_pretty(&rest)?)?;
+    std::fs::write(
+        dir.join("results.json"),
+        serde_json::to_vec_pretty(summary)?,
+    )?;
+    let title = format!("turnstile-jepsen seed {} [{}]", summary.seed, summary.bugs);
+    let html = turnstile_checker::report::render_html(recorded, &summary.results, &title);
+    std::fs::write(dir.join("report.html"), html)?;
+    Ok(())
+}
+
+/// Reads a run folder back (for `turnstile-jepsen check`).
+pub fn load(dir: &Path) -> anyhow::Result<Recorded> {
+    let mut recorded = Recorded::default();
+    let history = std::fs::read_to_string(dir.join("history.jsonl"))?;
+    for line in history.lines().filter(|l| !l.trim().is_empty()) {
+        recorded.events.push(serde_json::from_str(line)?);
+    }
+    let watch = std::fs::read_to_string(dir.join("watch.jsonl"))?;
+    for line in watch.lines().filter(|l| !l.trim().is_empty()) {
+        recorded.watch.push(serde_json::from_str(line)?);
+    }
+    let rest: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("run.json"))?)?;
+    recorded.nemesis = serde_json::from_value(rest["nemesis"].clone())?;
+    recorded.leaders = serde_json::from_value(rest["leaders"].clone())?;
+    recorded.watch_ends = serde_json::from_value(rest["watch_ends"].clone())?;
+    recorded.final_nodes = serde_json::from_value(rest["final_nodes"].clone())?;
+    Ok(recorded)
+}

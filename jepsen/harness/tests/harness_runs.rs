@@ -1,0 +1,97 @@
+//! Short seeded chaos runs of the whole harness against real node processes in network
+//! namespaces: with a correct server every checker must pass (and the run must have had its
+//! faults and leader changes); with each bug switch on, the checker meant for that bug must
+//! report a violation. Runs take turns (one at a time): two 5-node clusters on 2 cores would
+//! measure the machine, not the server.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use turnstile_checker::Validity;
+use turnstile_jepsen::run::{run, RunConfig, RunSummary};
+
+/// Length of a correct run's fault phase.
+const CORRECT_RUN_S: u64 = 30;
+/// Length of a bug-injection run's fault phase.
+const BUG_RUN_S: u64 = 20;
+
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+fn config(seed: u64, seconds: u64, bugs: &str) -> RunConfig {
+    let mut cfg = RunConfig::new(
+        seed,
+        Duration::from_secs(seconds),
+        PathBuf::from(env!("CARGO_BIN_EXE_turnstile-jepsen")),
+        PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("jepsen-runs"),
+    );
+    cfg.bugs = bugs.to_string();
+    cfg
+}
+
+async fn run_one(cfg: RunConfig) -> RunSummary {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let summary = run(cfg).await.expect("the run itself failed");
+    println!("{}", summary.render());
+    summary
+}
+
+async fn correct_run(seed: u64) {
+    let s = run_one(config(seed, CORRECT_RUN_S, "")).await;
+    assert!(s.too_gentle.is_none(), "run too gentle: {:?}", s.too_gentle);
+    let not_valid: Vec<_> = s
+        .results
+        .iter()
+        .filter(|r| r.validity != Validity::Valid)
+        .collect();
+    assert!(
+        not_valid.is_empty(),
+        "seed {seed}: checkers did not pass: {not_valid:#?}\nfolder {}",
+        s.dir.display()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn correct_server_passes_seed_101() {
+    correct_run(101).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn correct_server_passes_seed_202() {
+    correct_run(202).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn correct_server_passes_seed_303() {
+    correct_run(303).await;
+}
+
+/// Runs with `bug` on and demands that `checker` (the one meant for it) reports a violation.
+async fn bug_is_caught(bug: &str, checker: &str) {
+    let s = run_one(config(7, BUG_RUN_S, bug)).await;
+    let invalid = s.invalid();
+    assert!(
+        invalid.iter().any(|n| n == checker),
+        "bug {bug} was not caught by {checker}; invalid: {invalid:?}; folder {}",
+        s.dir.display()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn skipping_the_fence_check_loses_adds() {
+    bug_is_caught("skip-fence", "set-lost-adds").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_reads_are_not_linearizable() {
+    bug_is_caught("local-reads", "linearizable-register").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn skipping_request_id_dedup_double_counts() {
+    bug_is_caught("skip-dedup", "counter-bounds").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn granting_a_due_waiter_is_caught() {
+    bug_is_caught("grant-due-waiters", "lock-no-grant-to-expired-lease").await;
+}
