@@ -2,9 +2,11 @@
 //! linearizability search with per-key partitioning (`wgl`, `models`), lock and fencing checks
 //! (`locks`), watch checks (`watch`), and the run report (`report`).
 
+mod findings;
 pub mod history;
 pub mod locks;
 pub mod models;
+pub mod outcomes;
 pub mod report;
 pub mod watch;
 pub mod wgl;

@@ -10,8 +10,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::findings::{ms, Findings};
 use crate::history::{WatchDelivery, WatchEnd};
-use crate::locks::{ms, Findings};
 use crate::CheckResult;
 
 /// `revision.seq`: the entry's log index and the event's place within the entry.
