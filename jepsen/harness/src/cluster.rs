@@ -1,14 +1,16 @@
-//! A cluster of real node processes, each in its own network namespace, with the faults the
-//! nemesis and the failure-story tests need: SIGKILL and restart on the same data dir,
-//! SIGSTOP/SIGCONT, nftables partitions (any grudge, including one-way), heal, and a jump of a
+//! A cluster of real node processes, each in its own network namespace (the default backend,
+//! `netns`) or its own container (`docker`), with the faults the nemesis and the failure-story
+//! tests need: SIGKILL and restart on the same data dir, SIGSTOP/SIGCONT (`docker pause` in a
+//! container), nftables partitions (any grudge, including one-way), heal, and a jump of a
 //! node's wall clock through the test hook.
 //!
 //! Node processes run `turnstile-jepsen node`, which is `turnstile serve` (the same
 //! `turnstile_server::serve::serve`) in a binary that also carries the bug-injection switches.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::ffi::OsString;
 use std::net::{Ipv4Addr, SocketAddr};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
@@ -17,6 +19,7 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use serde_json::Value;
 
+use crate::docker::{self, ContainerSpec, DockerNet};
 use crate::netns::{Net, NetHost};
 
 /// The port every node listens on inside its namespace.
@@ -40,15 +43,57 @@ pub struct ClusterOptions {
     pub bugs: String,
     /// Extra `serve` flags (e.g. `--request-timeout-ms 3000`).
     pub extra_args: Vec<String>,
+    /// Where the nodes run.
+    pub backend: Backend,
 }
 
-/// One node process and where it lives.
+/// Where a cluster's nodes run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Backend {
+    /// Processes in network namespaces on a private bridge: no daemon, image or static build,
+    /// millisecond starts. The default, and CI's.
+    #[default]
+    Netns,
+    /// Containers of the [`docker::IMAGE`] image on a private Docker network.
+    Docker,
+}
+
+/// Where one node runs.
+#[derive(Debug)]
+enum Place {
+    /// A child process inside namespace `host`.
+    Netns { host: NetHost, child: Option<Child> },
+    /// Container `name`: `created` once `docker run` made it, `running` from a start to a kill.
+    Docker {
+        name: String,
+        created: bool,
+        running: bool,
+    },
+}
+
+/// One node and where it lives.
 #[derive(Debug)]
 struct NodeProc {
-    host: NetHost,
-    child: Option<Child>,
+    ip: Ipv4Addr,
+    place: Place,
     paused: bool,
     restarts: u32,
+}
+
+impl NodeProc {
+    fn running(&self) -> bool {
+        match &self.place {
+            Place::Netns { child, .. } => child.is_some(),
+            Place::Docker { running, .. } => *running,
+        }
+    }
+}
+
+/// The network the nodes share.
+#[derive(Debug)]
+enum Fabric {
+    Netns(Net),
+    Docker(DockerNet),
 }
 
 /// A running cluster. Dropping it kills every node and removes the network.
@@ -58,27 +103,48 @@ pub struct ProcCluster {
     http: reqwest::Client,
     /// Client hosts added for processes under test; `heal` clears their rules too.
     clients: Vec<NetHost>,
-    // Dropped last: the namespaces go after the processes in them.
-    net: Net,
+    // Dropped last: the namespaces (or the containers) go after the processes in them.
+    fabric: Fabric,
 }
 
 impl ProcCluster {
-    /// Creates the network, starts every node and waits for a leader.
+    /// Creates the network, starts every node on `opts.backend` and waits for a leader.
     pub async fn start(opts: ClusterOptions) -> anyhow::Result<ProcCluster> {
-        let mut net = Net::create()?;
+        let backend = opts.backend;
         let mut nodes = BTreeMap::new();
-        for id in 1..=opts.nodes {
-            let host = net.add_host(&format!("n{id}"), 10 + id as u8)?;
-            nodes.insert(
-                id,
-                NodeProc {
-                    host,
-                    child: None,
-                    paused: false,
-                    restarts: 0,
-                },
-            );
-        }
+        let fabric = match backend {
+            Backend::Netns => {
+                let mut net = Net::create()?;
+                for id in 1..=opts.nodes {
+                    let host = net.add_host(&format!("n{id}"), 10 + id as u8)?;
+                    let node = NodeProc {
+                        ip: host.ip,
+                        place: Place::Netns { host, child: None },
+                        paused: false,
+                        restarts: 0,
+                    };
+                    nodes.insert(id, node);
+                }
+                Fabric::Netns(net)
+            }
+            Backend::Docker => {
+                let net = DockerNet::create(docker::IMAGE, &opts.binary)?;
+                for id in 1..=opts.nodes {
+                    let node = NodeProc {
+                        ip: net.ip(10 + id as u8),
+                        place: Place::Docker {
+                            name: net.container_name(&format!("n{id}")),
+                            created: false,
+                            running: false,
+                        },
+                        paused: false,
+                        restarts: 0,
+                    };
+                    nodes.insert(id, node);
+                }
+                Fabric::Docker(net)
+            }
+        };
         let http = reqwest::Client::builder()
             .no_proxy()
             .timeout(Duration::from_millis(HTTP_TIMEOUT_MS))
@@ -89,7 +155,7 @@ impl ProcCluster {
             nodes,
             http,
             clients: Vec::new(),
-            net,
+            fabric,
         };
         let ids: Vec<u64> = c.nodes.keys().copied().collect();
         for id in ids {
@@ -99,17 +165,46 @@ impl ProcCluster {
         Ok(c)
     }
 
+    /// The backend the nodes run on.
+    pub fn backend(&self) -> Backend {
+        match self.fabric {
+            Fabric::Netns(_) => Backend::Netns,
+            Fabric::Docker(_) => Backend::Docker,
+        }
+    }
+
+    /// The namespaces' network.
+    ///
+    /// # Panics
+    ///
+    /// On the Docker backend, which has no namespaces of its own (client hosts, the only use,
+    /// need the netns backend).
     pub fn net(&self) -> &Net {
-        &self.net
+        match &self.fabric {
+            Fabric::Netns(net) => net,
+            Fabric::Docker(_) => panic!("ProcCluster::net: the Docker backend has no namespaces"),
+        }
+    }
+
+    /// The Docker network, on the Docker backend.
+    pub fn docker_net(&self) -> Option<&DockerNet> {
+        match &self.fabric {
+            Fabric::Netns(_) => None,
+            Fabric::Docker(net) => Some(net),
+        }
     }
 
     /// Adds a namespace `name` at `.<octet>` on the cluster's bridge for a client process under
     /// test (run it with `net().command_in`). Octets 11 and up to 10 + nodes are the nodes'.
+    /// Netns backend only.
     pub fn add_client_host(&mut self, name: &str, octet: u8) -> anyhow::Result<NetHost> {
         if (11..=10 + self.opts.nodes).contains(&u64::from(octet)) {
             bail!("octet {octet} belongs to a node");
         }
-        let host = self.net.add_host(name, octet)?;
+        let Fabric::Netns(net) = &mut self.fabric else {
+            bail!("client hosts need the netns backend");
+        };
+        let host = net.add_host(name, octet)?;
         self.clients.push(host.clone());
         Ok(host)
     }
@@ -119,7 +214,7 @@ impl ProcCluster {
     }
 
     pub fn ip(&self, id: u64) -> Ipv4Addr {
-        self.nodes[&id].host.ip
+        self.nodes[&id].ip
     }
 
     pub fn addr(&self, id: u64) -> SocketAddr {
@@ -151,27 +246,48 @@ impl ProcCluster {
             .join(",")
     }
 
-    /// Starts node `id`'s process on its data dir (new or existing).
+    /// `node` and its flags, with `data_dir` as the node sees it.
+    fn node_args(&self, id: u64, data_dir: OsString) -> Vec<OsString> {
+        let mut args: Vec<OsString> = vec!["node".into(), "--id".into(), id.to_string().into()];
+        args.extend(["--listen".into(), self.addr(id).to_string().into()]);
+        args.extend(["--data-dir".into(), data_dir]);
+        args.extend(["--initial-cluster".into(), self.initial_cluster().into()]);
+        args.extend(["--cluster-secret".into(), SECRET.into()]);
+        args.extend(["--initial-cluster-state".into(), "new".into()]);
+        args.push("--enable-test-hooks".into());
+        args.push("--check-invariants".into());
+        args.extend(self.opts.extra_args.iter().map(OsString::from));
+        args
+    }
+
+    /// Starts node `id` on its data dir (new or existing).
     fn spawn(&mut self, id: u64) -> anyhow::Result<()> {
+        match self.backend() {
+            Backend::Netns => self.spawn_process(id)?,
+            Backend::Docker => self.spawn_container(id)?,
+        }
+        let node = self
+            .nodes
+            .get_mut(&id)
+            .ok_or_else(|| anyhow!("no node {id}"))?;
+        node.paused = false;
+        Ok(())
+    }
+
+    /// Starts node `id`'s process in its namespace.
+    fn spawn_process(&mut self, id: u64) -> anyhow::Result<()> {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(self.log_path(id))
             .context("cannot open the node log")?;
-        let mut cmd = self
-            .net
-            .command_in(&self.nodes[&id].host, &self.opts.binary);
-        cmd.arg("node")
-            .args(["--id", &id.to_string()])
-            .args(["--listen", &self.addr(id).to_string()])
-            .arg("--data-dir")
-            .arg(self.data_dir(id))
-            .args(["--initial-cluster", &self.initial_cluster()])
-            .args(["--cluster-secret", SECRET])
-            .args(["--initial-cluster-state", "new"])
-            .arg("--enable-test-hooks")
-            .arg("--check-invariants")
-            .args(&self.opts.extra_args)
+        let args = self.node_args(id, self.data_dir(id).into_os_string());
+        let node = self.nodes.get(&id).ok_or_else(|| anyhow!("no node {id}"))?;
+        let Place::Netns { host, .. } = &node.place else {
+            bail!("node {id} is not a process");
+        };
+        let mut cmd = self.net().command_in(host, &self.opts.binary);
+        cmd.args(args)
             .env("TURNSTILE_BUGS", &self.opts.bugs)
             .env("TURNSTILE_LOG", "info,openraft=warn")
             .stdin(Stdio::null())
@@ -182,21 +298,61 @@ impl ProcCluster {
             .nodes
             .get_mut(&id)
             .ok_or_else(|| anyhow!("no node {id}"))?;
-        node.child = Some(child);
-        node.paused = false;
+        if let Place::Netns { child: slot, .. } = &mut node.place {
+            *slot = Some(child);
+        }
+        Ok(())
+    }
+
+    /// Creates node `id`'s container, or starts it again.
+    fn spawn_container(&mut self, id: u64) -> anyhow::Result<()> {
+        let args = self.node_args(id, docker::DATA_DIR_IN_CONTAINER.into());
+        let (data_dir, log_path) = (self.data_dir(id), self.log_path(id));
+        let Fabric::Docker(net) = &self.fabric else {
+            bail!("no Docker network");
+        };
+        let node = self
+            .nodes
+            .get_mut(&id)
+            .ok_or_else(|| anyhow!("no node {id}"))?;
+        let Place::Docker {
+            name,
+            created,
+            running,
+        } = &mut node.place
+        else {
+            bail!("node {id} is not a container");
+        };
+        if *created {
+            net.start(name)?;
+        } else {
+            let short = format!("n{id}");
+            net.run(&ContainerSpec {
+                name: &short,
+                ip: node.ip,
+                data_dir: &data_dir,
+                log_path: &log_path,
+                env: vec![
+                    ("TURNSTILE_BUGS", &self.opts.bugs),
+                    ("TURNSTILE_LOG", "info,openraft=warn"),
+                ],
+                args,
+            })?;
+            *created = true;
+        }
+        *running = true;
         Ok(())
     }
 
     fn pid(&self, id: u64) -> Option<Pid> {
-        self.nodes
-            .get(&id)?
-            .child
-            .as_ref()
-            .map(|c| Pid::from_raw(c.id() as i32))
+        match &self.nodes.get(&id)?.place {
+            Place::Netns { child, .. } => child.as_ref().map(|c| Pid::from_raw(c.id() as i32)),
+            Place::Docker { .. } => None,
+        }
     }
 
     pub fn is_running(&self, id: u64) -> bool {
-        self.nodes.get(&id).is_some_and(|n| n.child.is_some())
+        self.nodes.get(&id).is_some_and(NodeProc::running)
     }
 
     pub fn is_paused(&self, id: u64) -> bool {
@@ -204,16 +360,28 @@ impl ProcCluster {
     }
 
     /// SIGKILLs node `id` (its page cache survives: this is a process crash, not power loss).
+    /// A container is killed with `docker kill`, also when paused.
     pub fn kill(&mut self, id: u64) -> anyhow::Result<()> {
         let node = self
             .nodes
             .get_mut(&id)
             .ok_or_else(|| anyhow!("no node {id}"))?;
-        if let Some(mut child) = node.child.take() {
-            let pid = Pid::from_raw(child.id() as i32);
-            let _ = kill(pid, Signal::SIGKILL);
-            let _ = kill(pid, Signal::SIGCONT);
-            child.wait().context("cannot reap a killed node")?;
+        match (&mut node.place, &self.fabric) {
+            (Place::Netns { child, .. }, _) => {
+                if let Some(mut child) = child.take() {
+                    let pid = Pid::from_raw(child.id() as i32);
+                    let _ = kill(pid, Signal::SIGKILL);
+                    let _ = kill(pid, Signal::SIGCONT);
+                    child.wait().context("cannot reap a killed node")?;
+                }
+            }
+            (Place::Docker { name, running, .. }, Fabric::Docker(net)) => {
+                if *running {
+                    net.kill(name)?;
+                    *running = false;
+                }
+            }
+            (Place::Docker { .. }, Fabric::Netns(_)) => bail!("node {id} has no Docker network"),
         }
         node.paused = false;
         Ok(())
@@ -231,12 +399,19 @@ impl ProcCluster {
         Ok(())
     }
 
-    /// SIGSTOPs node `id`: peers see silence, not resets.
+    /// SIGSTOPs node `id` (`docker pause` for a container): peers see silence, not resets.
     pub fn pause(&mut self, id: u64) -> anyhow::Result<()> {
-        let pid = self
-            .pid(id)
-            .ok_or_else(|| anyhow!("node {id} is not running"))?;
-        kill(pid, Signal::SIGSTOP).context("SIGSTOP")?;
+        if let Some((net, name)) = self.container(id) {
+            if !self.is_running(id) {
+                bail!("node {id} is not running");
+            }
+            net.pause(name)?;
+        } else {
+            let pid = self
+                .pid(id)
+                .ok_or_else(|| anyhow!("node {id} is not running"))?;
+            kill(pid, Signal::SIGSTOP).context("SIGSTOP")?;
+        }
         if let Some(n) = self.nodes.get_mut(&id) {
             n.paused = true;
         }
@@ -244,13 +419,35 @@ impl ProcCluster {
     }
 
     pub fn resume(&mut self, id: u64) -> anyhow::Result<()> {
-        if let Some(pid) = self.pid(id) {
+        if let Some((net, name)) = self.container(id) {
+            // Unpausing a container that is not paused is an error, unlike a spare SIGCONT.
+            if self.is_paused(id) && self.is_running(id) {
+                net.unpause(name)?;
+            }
+        } else if let Some(pid) = self.pid(id) {
             kill(pid, Signal::SIGCONT).context("SIGCONT")?;
         }
         if let Some(n) = self.nodes.get_mut(&id) {
             n.paused = false;
         }
         Ok(())
+    }
+
+    /// Node `id`'s network and container name, on the Docker backend.
+    fn container(&self, id: u64) -> Option<(&DockerNet, &str)> {
+        match (&self.fabric, &self.nodes.get(&id)?.place) {
+            (Fabric::Docker(net), Place::Docker { name, .. }) => Some((net, name)),
+            _ => None,
+        }
+    }
+
+    /// Replaces `node`'s partition rules: it drops every packet from `from`.
+    fn drop_at(&self, node: &NodeProc, from: &BTreeSet<Ipv4Addr>) -> anyhow::Result<()> {
+        match (&self.fabric, &node.place) {
+            (Fabric::Netns(net), Place::Netns { host, .. }) => net.drop_from(host, from),
+            (Fabric::Docker(net), Place::Docker { name, .. }) => net.drop_from(name, from),
+            _ => bail!("a node of one backend on the network of another"),
+        }
     }
 
     /// Cuts the cluster into `groups`: a node drops packets from every node that shares no
@@ -268,7 +465,7 @@ impl ProcCluster {
                 .filter(|other| !mine.iter().any(|g| g.contains(other)))
                 .map(|&other| self.ip(other))
                 .collect();
-            self.net.drop_from(&self.nodes[id].host, &cut)?;
+            self.drop_at(&self.nodes[id], &cut)?;
         }
         Ok(())
     }
@@ -282,25 +479,34 @@ impl ProcCluster {
     /// One-way: `to` drops packets from `from`; `from` still hears `to`.
     pub fn drop_one_way(&self, from: u64, to: u64) -> anyhow::Result<()> {
         let set = BTreeSet::from([self.ip(from)]);
-        self.net.drop_from(&self.nodes[&to].host, &set)
+        self.drop_at(&self.nodes[&to], &set)
     }
 
     /// Cuts client host `host` off from every node, both ways. Replaces the nodes' partition
     /// rules (each node then drops only this client), so do not combine it with `partition`.
+    /// Netns backend only.
     pub fn cut_client(&self, host: &NetHost) -> anyhow::Result<()> {
-        let nodes: BTreeSet<Ipv4Addr> = self.nodes.values().map(|n| n.host.ip).collect();
-        self.net.drop_from(host, &nodes)?;
+        let Fabric::Netns(net) = &self.fabric else {
+            bail!("client hosts need the netns backend");
+        };
+        let nodes: BTreeSet<Ipv4Addr> = self.nodes.values().map(|n| n.ip).collect();
+        net.drop_from(host, &nodes)?;
         let client = BTreeSet::from([host.ip]);
         for node in self.nodes.values() {
-            self.net.drop_from(&node.host, &client)?;
+            self.drop_at(node, &client)?;
         }
         Ok(())
     }
 
     /// Removes every partition rule, the client hosts' included.
     pub fn heal(&self) -> anyhow::Result<()> {
-        for host in self.nodes.values().map(|n| &n.host).chain(&self.clients) {
-            self.net.drop_from(host, &BTreeSet::new())?;
+        for node in self.nodes.values() {
+            self.drop_at(node, &BTreeSet::new())?;
+        }
+        if let Fabric::Netns(net) = &self.fabric {
+            for host in &self.clients {
+                net.drop_from(host, &BTreeSet::new())?;
+            }
         }
         Ok(())
     }
@@ -362,7 +568,7 @@ impl ProcCluster {
     pub fn live(&self) -> Vec<u64> {
         self.nodes
             .iter()
-            .filter(|(_, n)| n.child.is_some() && !n.paused)
+            .filter(|(_, n)| n.running() && !n.paused)
             .map(|(id, _)| *id)
             .collect()
     }
@@ -414,27 +620,40 @@ impl ProcCluster {
         Ok(())
     }
 
+    /// Node `id`'s whole log: the file, or for a container what Docker holds (the file
+    /// follows it, but lags a moment behind each start).
+    fn log_text(&self, id: u64) -> Option<String> {
+        if let Some((net, name)) = self.container(id) {
+            if let Ok(text) = net.logs(name) {
+                return Some(text);
+            }
+        }
+        std::fs::read_to_string(self.log_path(id)).ok()
+    }
+
     /// The last `lines` lines of node `id`'s log, for failure messages.
     pub fn log_tail(&self, id: u64, lines: usize) -> String {
-        tail(&self.log_path(id), lines)
+        tail(&self.log_text(id).unwrap_or_default(), lines)
     }
 
     /// Whether node `id`'s log contains `needle`.
     pub fn log_contains(&self, id: u64, needle: &str) -> bool {
-        std::fs::read_to_string(self.log_path(id)).is_ok_and(|s| s.contains(needle))
+        self.log_text(id).is_some_and(|s| s.contains(needle))
     }
 }
 
 impl Drop for ProcCluster {
     fn drop(&mut self) {
-        for id in self.ids() {
-            let _ = self.kill(id);
+        // Containers go with their network (`docker rm -f` of them all at once).
+        if self.backend() == Backend::Netns {
+            for id in self.ids() {
+                let _ = self.kill(id);
+            }
         }
     }
 }
 
-fn tail(path: &Path, lines: usize) -> String {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
+fn tail(text: &str, lines: usize) -> String {
     let all: Vec<&str> = text.lines().collect();
     all[all.len().saturating_sub(lines)..].join("\n")
 }

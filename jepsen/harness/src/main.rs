@@ -3,6 +3,7 @@
 //! left by killed runs.
 
 use clap::{Parser, Subcommand};
+use turnstile_jepsen::cluster::Backend;
 use turnstile_server::config::ServeArgs;
 
 #[derive(Parser)]
@@ -30,7 +31,7 @@ enum Cmd {
         /// The run folder.
         dir: std::path::PathBuf,
     },
-    /// Remove networks and processes left behind by runs that were killed.
+    /// Remove networks, processes and containers left behind by runs that were killed.
     Cleanup,
 }
 
@@ -55,6 +56,10 @@ struct RunArgs {
     /// Succeed only if some checker finds a violation (for bug-injection runs).
     #[arg(long)]
     expect_invalid: bool,
+    /// Where the nodes run: network namespaces, or containers of the `turnstile-jepsen:test`
+    /// image (build it first with jepsen/image/build-image.sh).
+    #[arg(long, value_enum, default_value_t = Backend::Netns)]
+    backend: Backend,
 }
 
 async fn run(args: RunArgs) -> anyhow::Result<()> {
@@ -73,10 +78,16 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             args.out.clone(),
         );
         cfg.bugs = args.bugs.clone();
+        cfg.backend = args.backend;
         if !faults.is_empty() {
             cfg.faults = faults.clone();
         }
-        let summary = turnstile_jepsen::run::run(cfg).await?;
+        // On Ctrl-C or SIGTERM the run future is dropped, and with it the cluster: its Drop
+        // kills the nodes and removes the network.
+        let summary = tokio::select! {
+            summary = turnstile_jepsen::run::run(cfg) => summary?,
+            () = turnstile_server::serve::wait_for_signal() => anyhow::bail!("interrupted"),
+        };
         print!("{}", summary.render());
         let good = if args.expect_invalid {
             !summary.invalid().is_empty()
@@ -123,6 +134,10 @@ async fn main() -> anyhow::Result<()> {
         Cmd::Cleanup => {
             let removed = turnstile_jepsen::netns::sweep_stale();
             println!("removed {removed} stale network(s)");
+            if turnstile_jepsen::docker::engine_available() {
+                let removed = turnstile_jepsen::docker::sweep_stale();
+                println!("removed {removed} stale Docker network(s)");
+            }
             Ok(())
         }
     }

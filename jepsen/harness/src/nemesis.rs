@@ -23,6 +23,7 @@ pub enum Fault {
     KillLeader,
     Pause,
     PauseLeader,
+    StallLeader,
     IsolateOne,
     IsolateLeader,
     MajorityMinority,
@@ -32,11 +33,12 @@ pub enum Fault {
 }
 
 impl Fault {
-    pub const ALL: [Fault; 10] = [
+    pub const ALL: [Fault; 11] = [
         Fault::Kill,
         Fault::KillLeader,
         Fault::Pause,
         Fault::PauseLeader,
+        Fault::StallLeader,
         Fault::IsolateOne,
         Fault::IsolateLeader,
         Fault::MajorityMinority,
@@ -51,6 +53,7 @@ impl Fault {
             Fault::KillLeader => "kill-leader",
             Fault::Pause => "pause",
             Fault::PauseLeader => "pause-leader",
+            Fault::StallLeader => "stall-leader",
             Fault::IsolateOne => "isolate",
             Fault::IsolateLeader => "isolate-leader",
             Fault::MajorityMinority => "partition-majority",
@@ -77,6 +80,9 @@ pub struct NemesisPlan {
     pub hold_ms: (u64, u64),
     pub deadline: Instant,
 }
+
+/// How long a leader stall lasts, ms: below the 500 ms minimum election timeout.
+const STALL_MS: (u64, u64) = (200, 450);
 
 /// One wall-clock jump: an hour, far past every TTL.
 pub const CLOCK_JUMP_MS: i64 = 3_600_000;
@@ -158,6 +164,18 @@ async fn apply(
             tokio::time::sleep(hold).await;
             rec.end_window(w);
             cluster.resume(target)?;
+        }
+        Fault::StallLeader => {
+            // A GC-length stall of the leader, shorter than any election timeout: nobody takes
+            // over, and on waking the leader's clock has moved on, so every lease that fell
+            // due meanwhile expires in its first entry: the same entry that may free their
+            // locks, which is where expiry order matters.
+            let stall = Duration::from_millis(rng.gen_range(STALL_MS.0..=STALL_MS.1));
+            cluster.pause(leader_or_random)?;
+            let w = rec.start_window(fault.name(), vec![leader_or_random], vec![leader_or_random]);
+            tokio::time::sleep(stall).await;
+            rec.end_window(w);
+            cluster.resume(leader_or_random)?;
         }
         Fault::IsolateOne | Fault::IsolateLeader => {
             let target = if fault == Fault::IsolateOne {

@@ -8,12 +8,13 @@
 //! each live `Net` records its owner's pid under [`STATE_DIR`].
 
 use std::collections::BTreeSet;
-use std::io::Write;
 use std::net::Ipv4Addr;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
 use anyhow::{bail, Context};
+
+use crate::nft;
 
 /// Where live networks record their owning process.
 pub const STATE_DIR: &str = "/run/turnstile-jepsen";
@@ -24,8 +25,6 @@ const NETS_MAX: u32 = 200;
 /// Name prefix of everything we create (bridges, veths, namespaces): short, because Linux
 /// interface names are limited to 15 bytes.
 const PREFIX: &str = "tj";
-/// The nftables table holding one namespace's partition rules.
-const NFT_TABLE: &str = "tjnem";
 
 /// One host (node or client) inside its own namespace.
 #[derive(Debug, Clone)]
@@ -172,39 +171,9 @@ impl Net {
     /// Replaces `host`'s partition rules: it drops every packet arriving from `from`. An empty
     /// set heals it. One call per receiving host, so one-way partitions are natural.
     pub fn drop_from(&self, host: &NetHost, from: &BTreeSet<Ipv4Addr>) -> anyhow::Result<()> {
-        // One nft transaction: create (if absent), delete, re-create: the old rules vanish and
-        // the new ones appear atomically.
-        let mut script = format!("add table inet {NFT_TABLE}\ndelete table inet {NFT_TABLE}\n");
-        if !from.is_empty() {
-            let set: Vec<String> = from.iter().map(Ipv4Addr::to_string).collect();
-            script.push_str(&format!(
-                "add table inet {NFT_TABLE}\n\
-                 add chain inet {NFT_TABLE} input {{ type filter hook input priority 0 ; policy accept ; }}\n\
-                 add rule inet {NFT_TABLE} input ip saddr {{ {} }} drop\n",
-                set.join(", ")
-            ));
-        }
-        let mut child = Command::new("ip")
-            .args(["netns", "exec", &host.namespace, "nft", "-f", "-"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .context("cannot run nft")?;
-        if let Some(mut stdin) = child.stdin.take() {
-            stdin
-                .write_all(script.as_bytes())
-                .context("cannot write the nft script")?;
-        }
-        let out = child.wait_with_output().context("nft did not finish")?;
-        if !out.status.success() {
-            bail!(
-                "nft in {} failed: {}",
-                host.namespace,
-                String::from_utf8_lossy(&out.stderr).trim()
-            );
-        }
-        Ok(())
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", &host.namespace, "nft", "-f", "-"]);
+        nft::apply(cmd, &nft::drop_script(from), &host.namespace)
     }
 }
 

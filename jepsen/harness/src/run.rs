@@ -11,7 +11,7 @@ use serde::Serialize;
 use turnstile_checker::history::{FinalNodeState, Recorded};
 use turnstile_checker::{CheckResult, Validity};
 
-use crate::cluster::{ClusterOptions, ProcCluster};
+use crate::cluster::{Backend, ClusterOptions, ProcCluster};
 use crate::http::Http;
 use crate::nemesis::{self, Fault, NemesisPlan};
 use crate::recorder::Recorder;
@@ -48,6 +48,8 @@ pub struct RunConfig {
     pub binary: PathBuf,
     pub quiet_ms: (u64, u64),
     pub hold_ms: (u64, u64),
+    /// Where the nodes run.
+    pub backend: Backend,
 }
 
 impl RunConfig {
@@ -69,6 +71,7 @@ impl RunConfig {
             binary,
             quiet_ms: (1_000, 2_500),
             hold_ms: (1_500, 3_500),
+            backend: Backend::Netns,
         }
     }
 }
@@ -144,6 +147,7 @@ pub async fn run(cfg: RunConfig) -> anyhow::Result<RunSummary> {
         dir: data.path().to_path_buf(),
         bugs: cfg.bugs.clone(),
         extra_args: vec![],
+        backend: cfg.backend,
     })
     .await?;
     let rec = Recorder::new();

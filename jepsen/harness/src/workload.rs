@@ -234,11 +234,16 @@ pub async fn counter_worker(ctx: WorkerCtx, index: u64, seed: u64) {
                 )
                 .await;
             // A retry of the same request, as after an answer lost on the way back: with
-            // request-id dedup it changes nothing and answers the first outcome.
+            // request-id dedup it changes nothing and answers the first outcome. The retry's
+            // own answer decides only if it is `ok`; a retry that failed or got lost says
+            // nothing about the first attempt, which may well have been applied.
             if w.rng.gen_bool(DUPLICATE_PROBABILITY) && a.kind != EventType::Fail {
-                a = w
+                let retry = w
                     .send(reqwest::Method::POST, &incr, Some(body), Effect::Write)
                     .await;
+                if retry.is_ok() {
+                    a = retry;
+                }
             }
             let value = a.body["value"].as_i64();
             if a.is_ok() && value.is_none() {

@@ -20,7 +20,7 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
 use turnstile_fence::ledger::{Ledger, LedgerStats};
-use turnstile_jepsen::cluster::{ClusterOptions, ProcCluster};
+use turnstile_jepsen::cluster::{Backend, ClusterOptions, ProcCluster};
 use turnstile_jepsen::netns::NetHost;
 
 /// The harness binary: nodes run `turnstile-jepsen node`, holders `turnstile-jepsen holder`.
@@ -95,6 +95,7 @@ pub async fn start_cluster(nodes: u64, bugs: &str) -> anyhow::Result<TestCluster
         dir: dir.path().to_path_buf(),
         bugs: bugs.to_string(),
         extra_args: Vec::new(),
+        backend: Backend::Netns,
     })
     .await?;
     eprintln!(
