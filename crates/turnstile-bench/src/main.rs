@@ -1,0 +1,109 @@
+//! `turnstile-bench`: starts local 3-node clusters of Turnstile and of etcd on loopback, runs
+//! the same workloads with the same client concurrency against each in turn, and prints a
+//! side-by-side table with ratios (also written as Markdown and JSON). See docs/benchmarks.md.
+//!
+//! Module map:
+//! - `plan`: command line, `Plan`, every named limit of the harness;
+//! - `node_process`, `scratch_dir`: server processes and directories cleaned up on drop;
+//! - `turnstile_cluster`, `etcd_cluster`, `cluster`: starting, inspecting and killing nodes;
+//! - `turnstile_api`, `etcd_api`, `client`, `sse`: the requests the workloads make;
+//! - `workloads`: W1..W7; `tally`, `measure`: histograms and figures;
+//! - `limit`: the sequential-commit limit (fdatasync and loopback round trip);
+//! - `machine`, `report`, `runner`: machine facts, the table, the run.
+
+mod client;
+mod cluster;
+mod etcd_api;
+mod etcd_cluster;
+mod limit;
+mod machine;
+mod measure;
+mod node_process;
+mod plan;
+mod report;
+mod runner;
+mod scratch_dir;
+mod sse;
+mod tally;
+mod turnstile_api;
+mod turnstile_cluster;
+mod workloads;
+
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::Parser;
+
+use crate::plan::{Args, Plan};
+use crate::report::Report;
+
+/// Writes the Markdown to `plan.out` and the JSON beside it.
+fn write_outputs(plan: &Plan, report: &Report) -> anyhow::Result<()> {
+    if let Some(dir) = plan.out.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    }
+    let md = report.to_markdown();
+    println!("{md}");
+    std::fs::write(&plan.out, &md)
+        .with_context(|| format!("cannot write {}", plan.out.display()))?;
+    let json_path = plan.out.with_extension("json");
+    std::fs::write(&json_path, report.to_json()?)
+        .with_context(|| format!("cannot write {}", json_path.display()))?;
+    eprintln!(
+        "turnstile-bench: wrote {} and {}",
+        plan.out.display(),
+        json_path.display()
+    );
+    Ok(())
+}
+
+/// Resolves when the process is asked to stop (Ctrl-C, SIGTERM, SIGHUP).
+async fn stop_requested() -> anyhow::Result<&'static str> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut hup = signal(SignalKind::hangup())?;
+    tokio::select! {
+        r = tokio::signal::ctrl_c() => { r?; Ok("interrupted") }
+        _ = term.recv() => Ok("terminated"),
+        _ = hup.recv() => Ok("hung up"),
+    }
+}
+
+async fn main_async(plan: Plan) -> anyhow::Result<bool> {
+    // Dropping the run future on a signal drops every cluster: nodes are killed and their
+    // directories removed before the process exits.
+    let report = tokio::select! {
+        r = runner::run(&plan) => r?,
+        why = stop_requested() => anyhow::bail!("{}; clusters stopped, data dirs removed", why?),
+    };
+    write_outputs(&plan, &report)?;
+    Ok(report.failures.is_empty())
+}
+
+fn main() -> ExitCode {
+    let plan = match Plan::from_args(Args::parse()) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("turnstile-bench: {e:#}");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("turnstile-bench: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(main_async(plan)) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => {
+            eprintln!("turnstile-bench: some workloads failed (see Errors)");
+            ExitCode::FAILURE
+        }
+        Err(e) => {
+            eprintln!("turnstile-bench: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,271 @@
+//! The command line and the `Plan` it resolves to: which systems and workloads run, and every
+//! size, count and duration a workload uses. All limits of the harness are named here.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use clap::Parser;
+
+/// Seconds per measurement in a full run, unless `--duration-s` says otherwise.
+pub const DURATION_S_DEFAULT: f64 = 10.0;
+/// Seconds per measurement in `--quick` mode, unless `--duration-s` says otherwise.
+pub const DURATION_S_QUICK: f64 = 0.5;
+/// Longest measurement `--duration-s` accepts, so that no load loop can run away.
+pub const DURATION_S_MAX: f64 = 600.0;
+/// Operations one worker may complete in one measurement: a count bound beside the time bound.
+pub const OPS_PER_WORKER_MAX: u64 = 10_000_000;
+/// How long a whole cluster may take to start and elect a leader.
+pub const CLUSTER_START_MS_MAX: u64 = 30_000;
+/// Upper bound of any single client request (waiting acquires included).
+pub const REQUEST_MS_MAX: u64 = 30_000;
+/// Lease TTL for workloads whose leases must outlive the measurement without keepalives.
+pub const LEASE_TTL_MS_LONG: u64 = 600_000;
+/// TTL of the holder's lease in W7's holder-killed measurement (the issue's 2 s).
+pub const W7_HOLDER_TTL_MS: u64 = 2_000;
+/// Locks one lease holds in W6 (Turnstile allows at most 10,000 per lease).
+pub const W6_LOCKS_PER_LEASE: usize = 1_000;
+/// Clients that take W6's locks concurrently.
+pub const W6_CLIENTS: usize = 64;
+/// Interval between W5's writes.
+pub const W5_WRITE_INTERVAL_MS: u64 = 25;
+/// How long W5 watchers keep reading after the last write, for its deliveries to arrive.
+pub const W5_DRAIN_MS: u64 = 2_000;
+/// Size of W4's values, in bytes.
+pub const W4_VALUE_BYTES: usize = 100;
+/// Requests in flight while setting up (granting leases, opening watches).
+pub const SETUP_CONCURRENCY: usize = 64;
+/// etcd client connections (HTTP/2, multiplexed) that workers share, at least; Turnstile
+/// workers share one pooled HTTP/1.1 client, which opens a connection per request in flight.
+pub const ETCD_CONNECTIONS_MIN: usize = 8;
+/// Workers per etcd connection, at most. The Rust HTTP/2 client (h2, under tonic) opens at
+/// most 100 streams per connection unless the server advertises a limit, and etcd advertises
+/// none; past 100, calls queue in the client, and an `Unlock` queued behind waiting `Lock`
+/// calls deadlocks the handoff chain. Each worker has one call in flight, so 50 per
+/// connection keeps every call on an open stream.
+pub const ETCD_WORKERS_PER_CONNECTION_MAX: usize = 50;
+
+/// The systems the harness can compare.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum System {
+    Turnstile,
+    Etcd,
+}
+
+impl System {
+    pub fn name(self) -> &'static str {
+        match self {
+            System::Turnstile => "turnstile",
+            System::Etcd => "etcd",
+        }
+    }
+}
+
+/// The workloads of issue 5.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Workload {
+    W1,
+    W2,
+    W3,
+    W4,
+    W5,
+    W6,
+    W7,
+}
+
+impl Workload {
+    pub const ALL: [Workload; 7] = [
+        Workload::W1,
+        Workload::W2,
+        Workload::W3,
+        Workload::W4,
+        Workload::W5,
+        Workload::W6,
+        Workload::W7,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Workload::W1 => "W1",
+            Workload::W2 => "W2",
+            Workload::W3 => "W3",
+            Workload::W4 => "W4",
+            Workload::W5 => "W5",
+            Workload::W6 => "W6",
+            Workload::W7 => "W7",
+        }
+    }
+}
+
+/// Benchmark Turnstile against etcd on local 3-node clusters.
+#[derive(Parser, Debug)]
+#[command(name = "turnstile-bench", version)]
+pub struct Args {
+    /// Systems to measure, comma-separated: turnstile, etcd.
+    #[arg(long, default_value = "turnstile,etcd")]
+    pub systems: String,
+    /// Workloads to run, comma-separated: w1..w7, or all.
+    #[arg(long, default_value = "all")]
+    pub workloads: String,
+    /// Seconds per measurement (default 10, or 0.5 with --quick).
+    #[arg(long)]
+    pub duration_s: Option<f64>,
+    /// A few-second run with small sizes (CI's smoke); its figures mean nothing.
+    #[arg(long)]
+    pub quick: bool,
+    /// Markdown table written here; the same results as JSON beside it (extension .json).
+    #[arg(long, default_value = "turnstile-bench-results.md")]
+    pub out: PathBuf,
+    /// The `turnstile` binary (default: next to this binary).
+    #[arg(long)]
+    pub turnstile_bin: Option<PathBuf>,
+    /// The `etcd` binary (default: `etcd` on PATH, from Debian's etcd-server).
+    #[arg(long, default_value = "etcd")]
+    pub etcd_bin: PathBuf,
+    /// Where the run's temp dir (data dirs, node logs) goes; same disk as the data dirs' limit.
+    #[arg(long)]
+    pub work_dir: Option<PathBuf>,
+    /// Keep the node logs: copy them to `<out>.logs/` before the temp dir is removed.
+    #[arg(long)]
+    pub keep_logs: bool,
+}
+
+/// Everything a run does, resolved from [`Args`].
+#[derive(Clone, Debug)]
+pub struct Plan {
+    pub systems: Vec<System>,
+    pub workloads: Vec<Workload>,
+    pub quick: bool,
+    pub duration: Duration,
+    /// Time W2 lets its waiters queue up before the window opens.
+    pub w2_warmup: Duration,
+    pub w1_clients: Vec<usize>,
+    pub w2_waiters: Vec<usize>,
+    pub w3_clients: usize,
+    pub w4_clients: usize,
+    pub w5_watchers: Vec<usize>,
+    pub w6_locks: usize,
+    pub w7_trials: usize,
+    pub fsync_samples: usize,
+    pub rtt_samples: usize,
+    pub out: PathBuf,
+    pub turnstile_bin: PathBuf,
+    pub etcd_bin: PathBuf,
+    pub work_dir: PathBuf,
+    pub keep_logs: bool,
+}
+
+impl Plan {
+    /// Validates the arguments into a plan.
+    pub fn from_args(args: Args) -> anyhow::Result<Plan> {
+        let systems = parse_systems(&args.systems)?;
+        let workloads = parse_workloads(&args.workloads)?;
+        let duration_s = args.duration_s.unwrap_or(if args.quick {
+            DURATION_S_QUICK
+        } else {
+            DURATION_S_DEFAULT
+        });
+        if !(duration_s > 0.0 && duration_s <= DURATION_S_MAX) {
+            bail!("--duration-s must be within (0, {DURATION_S_MAX}]");
+        }
+        let turnstile_bin = match args.turnstile_bin {
+            Some(p) => p,
+            None => default_turnstile_bin()?,
+        };
+        let work_dir = args.work_dir.unwrap_or_else(std::env::temp_dir);
+        let q = args.quick;
+        Ok(Plan {
+            systems,
+            workloads,
+            quick: q,
+            duration: Duration::from_secs_f64(duration_s),
+            w2_warmup: Duration::from_millis(if q { 200 } else { 2_000 }),
+            w1_clients: if q { vec![1, 16] } else { vec![1, 16, 64] },
+            w2_waiters: if q { vec![16] } else { vec![16, 100, 1_000] },
+            w3_clients: if q { 8 } else { 64 },
+            w4_clients: if q { 8 } else { 64 },
+            w5_watchers: if q { vec![1, 10] } else { vec![1, 100, 1_000] },
+            w6_locks: if q { 1_000 } else { 50_000 },
+            w7_trials: if q { 1 } else { 3 },
+            fsync_samples: if q { 50 } else { 500 },
+            rtt_samples: if q { 200 } else { 2_000 },
+            out: args.out,
+            turnstile_bin,
+            etcd_bin: args.etcd_bin,
+            work_dir,
+            keep_logs: args.keep_logs,
+        })
+    }
+}
+
+/// `turnstile` next to this binary: `cargo build --release` puts both in `target/release/`.
+fn default_turnstile_bin() -> anyhow::Result<PathBuf> {
+    let me = std::env::current_exe().context("cannot find this binary's path")?;
+    let dir = me
+        .parent()
+        .context("this binary's path has no parent directory")?;
+    Ok(dir.join("turnstile"))
+}
+
+fn parse_systems(s: &str) -> anyhow::Result<Vec<System>> {
+    let mut out = Vec::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let sys = match part.to_ascii_lowercase().as_str() {
+            "turnstile" => System::Turnstile,
+            "etcd" => System::Etcd,
+            other => bail!("unknown system {other:?} in --systems (turnstile, etcd)"),
+        };
+        if !out.contains(&sys) {
+            out.push(sys);
+        }
+    }
+    if out.is_empty() {
+        bail!("--systems names no system");
+    }
+    out.sort();
+    Ok(out)
+}
+
+fn parse_workloads(s: &str) -> anyhow::Result<Vec<Workload>> {
+    let mut out = Vec::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        if part.eq_ignore_ascii_case("all") {
+            out.extend(Workload::ALL);
+            continue;
+        }
+        let w = Workload::ALL
+            .into_iter()
+            .find(|w| w.name().eq_ignore_ascii_case(part))
+            .with_context(|| format!("unknown workload {part:?} in --workloads (w1..w7, all)"))?;
+        out.push(w);
+    }
+    out.sort();
+    out.dedup();
+    if out.is_empty() {
+        bail!("--workloads names no workload");
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn systems_parse_dedup_and_sort() {
+        let s = parse_systems("etcd, turnstile,etcd").expect("valid");
+        assert_eq!(s, vec![System::Turnstile, System::Etcd]);
+        assert!(parse_systems("zookeeper").is_err());
+        assert!(parse_systems(" , ").is_err());
+    }
+
+    #[test]
+    fn workloads_parse_names_and_all() {
+        assert_eq!(
+            parse_workloads("w3,W1").expect("valid"),
+            vec![Workload::W1, Workload::W3]
+        );
+        assert_eq!(parse_workloads("all").expect("valid").len(), 7);
+        assert!(parse_workloads("w8").is_err());
+    }
+}

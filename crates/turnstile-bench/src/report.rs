@@ -1,0 +1,374 @@
+//! `Report`: every figure of the run, merged into side-by-side rows (Turnstile, etcd, ratio
+//! Turnstile / etcd), rendered as a Markdown document (also printed) and as JSON.
+
+use std::fmt::Write as _;
+
+use crate::limit::Limit;
+use crate::machine::Machine;
+use crate::measure::{Better, Measure};
+use crate::plan::{Plan, System};
+use crate::workloads::LogRow;
+
+/// How the run was set up.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Settings {
+    pub command: String,
+    pub quick: bool,
+    pub duration_s: f64,
+    pub systems: Vec<&'static str>,
+    pub workloads: Vec<&'static str>,
+}
+
+/// One figure with the system it belongs to.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Entry {
+    pub system: &'static str,
+    #[serde(flatten)]
+    pub measure: Measure,
+}
+
+/// One system's value in a row.
+#[derive(Clone, Copy, Debug, serde::Serialize)]
+pub struct Cell {
+    pub value: f64,
+    pub ops: u64,
+    pub errors: u64,
+}
+
+/// A side-by-side row.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Row {
+    pub workload: &'static str,
+    pub label: String,
+    pub unit: &'static str,
+    pub better: Better,
+    pub turnstile: Option<Cell>,
+    pub etcd: Option<Cell>,
+    /// Turnstile / etcd.
+    pub ratio: Option<f64>,
+    pub note: &'static str,
+}
+
+/// A workload that failed on one system.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Failure {
+    pub system: &'static str,
+    pub workload: &'static str,
+    pub error: String,
+}
+
+/// Everything the run produced.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Report {
+    pub settings: Settings,
+    pub machine: Machine,
+    pub limit: Limit,
+    pub entries: Vec<Entry>,
+    pub rows: Vec<Row>,
+    pub log_rows: Vec<LogRow>,
+    pub failures: Vec<Failure>,
+    pub wall_s: f64,
+    /// `/proc/loadavg` when the run ended.
+    pub loadavg_end: String,
+}
+
+impl Report {
+    pub fn new(plan: &Plan, machine: Machine, limit: Limit) -> Report {
+        Report {
+            settings: Settings {
+                command: std::env::args().collect::<Vec<_>>().join(" "),
+                quick: plan.quick,
+                duration_s: plan.duration.as_secs_f64(),
+                systems: plan.systems.iter().map(|s| s.name()).collect(),
+                workloads: plan.workloads.iter().map(|w| w.name()).collect(),
+            },
+            machine,
+            limit,
+            entries: Vec::new(),
+            rows: Vec::new(),
+            log_rows: Vec::new(),
+            failures: Vec::new(),
+            wall_s: 0.0,
+            loadavg_end: String::new(),
+        }
+    }
+
+    pub fn add(&mut self, system: System, measures: Vec<Measure>, log_rows: Vec<LogRow>) {
+        self.entries
+            .extend(measures.into_iter().map(|measure| Entry {
+                system: system.name(),
+                measure,
+            }));
+        self.log_rows.extend(log_rows);
+        self.rows = rows(&self.entries);
+    }
+
+    pub fn fail(&mut self, system: System, workload: &'static str, error: &anyhow::Error) {
+        self.failures.push(Failure {
+            system: system.name(),
+            workload,
+            error: format!("{error:#}"),
+        });
+    }
+
+    pub fn to_json(&self) -> anyhow::Result<String> {
+        Ok(serde_json::to_string_pretty(self)?)
+    }
+
+    /// The Markdown document: settings, machine, the limit, the table, log counters, errors.
+    pub fn to_markdown(&self) -> String {
+        let mut s = String::new();
+        let m = &self.machine;
+        let _ = writeln!(s, "# turnstile-bench results\n");
+        let _ = writeln!(s, "- command: `{}`", self.settings.command);
+        let _ = writeln!(
+            s,
+            "- {} s per measurement{}; wall time {:.0} s",
+            self.settings.duration_s,
+            if self.settings.quick {
+                " (quick: sizes reduced, figures not meaningful)"
+            } else {
+                ""
+            },
+            self.wall_s
+        );
+        let _ = writeln!(
+            s,
+            "- machine: {} CPUs ({}), {:.1} GiB, Linux {}; data dirs on {}",
+            m.cpus, m.cpu_model, m.mem_gib, m.kernel, m.data_fs
+        );
+        let _ = writeln!(
+            s,
+            "- load average (1, 5, 15 min) at start: {}; at end: {}",
+            m.loadavg_start, self.loadavg_end
+        );
+        if let Some(v) = &m.etcd_version {
+            let _ = writeln!(s, "- etcd {v}");
+        }
+        s.push_str(&limit_section(&self.limit));
+        s.push_str(&table(&self.rows));
+        s.push_str(&log_table(&self.log_rows));
+        s.push_str(&self.errors_section());
+        s
+    }
+
+    fn errors_section(&self) -> String {
+        let mut s = String::new();
+        let mut seen: Vec<(&str, &str, &str)> = Vec::new();
+        for e in &self.entries {
+            let Some(first) = e.measure.first_error.as_deref() else {
+                continue;
+            };
+            let key = (e.system, e.measure.workload, first);
+            if seen.contains(&key) {
+                continue;
+            }
+            seen.push(key);
+            let _ = writeln!(
+                s,
+                "- {} {} ({}): {} errors; first: {}",
+                e.system, e.measure.workload, e.measure.label, e.measure.errors, first
+            );
+        }
+        for f in &self.failures {
+            let _ = writeln!(s, "- {} {} FAILED: {}", f.system, f.workload, f.error);
+        }
+        if s.is_empty() {
+            return "\n## Errors\n\nNone.\n".into();
+        }
+        format!("\n## Errors\n\n{s}")
+    }
+}
+
+fn limit_section(l: &Limit) -> String {
+    format!(
+        "\n## The limit\n\n\
+         One quorum commit on this machine, measured before the clusters run: 2 x (p50 of a 4 KiB \
+         write + fdatasync, appended to a preallocated file in the run's directory, {} samples: \
+         {:.3} ms; p99 {:.3} ms) + (p50 of a 64-byte TCP round trip on loopback, {} samples: \
+         {:.3} ms) = **{:.3} ms**, so a strictly sequential chain of commits (a lock handed from \
+         one waiter to the next) runs at most **{:.0} per second**. W2 measures it again just \
+         before each of its points (other work on the machine moves fdatasync latency) and \
+         divides its handoffs per second by that figure (`handoffs / limit`).\n",
+        l.fsync_samples,
+        l.fsync.p50_ms,
+        l.fsync.p99_ms,
+        l.rtt_samples,
+        l.rtt.p50_ms,
+        l.commit_ms,
+        l.commits_per_s
+    )
+}
+
+/// Merges entries into rows in order of first appearance.
+pub fn rows(entries: &[Entry]) -> Vec<Row> {
+    let mut out: Vec<Row> = Vec::new();
+    for e in entries {
+        let m = &e.measure;
+        let pos = out
+            .iter()
+            .position(|r| r.workload == m.workload && r.label == m.label);
+        let i = pos.unwrap_or_else(|| {
+            out.push(Row {
+                workload: m.workload,
+                label: m.label.clone(),
+                unit: m.unit,
+                better: m.better,
+                turnstile: None,
+                etcd: None,
+                ratio: None,
+                note: m.note,
+            });
+            out.len() - 1
+        });
+        let cell = Some(Cell {
+            value: m.value,
+            ops: m.ops,
+            errors: m.errors,
+        });
+        let row = &mut out[i];
+        if e.system == System::Turnstile.name() {
+            row.turnstile = cell;
+        } else {
+            row.etcd = cell;
+        }
+        row.ratio = match (row.turnstile, row.etcd) {
+            (Some(t), Some(e)) if e.value != 0.0 => Some(t.value / e.value),
+            _ => None,
+        };
+    }
+    out
+}
+
+/// A number with a precision that suits its size.
+pub fn num(v: f64) -> String {
+    let a = v.abs();
+    if a >= 1_000.0 {
+        let whole = format!("{:.0}", v.abs());
+        let mut grouped = String::new();
+        for (i, ch) in whole.chars().enumerate() {
+            if i > 0 && (whole.len() - i) % 3 == 0 {
+                grouped.push(',');
+            }
+            grouped.push(ch);
+        }
+        format!("{}{grouped}", if v < 0.0 { "-" } else { "" })
+    } else if a >= 100.0 {
+        format!("{v:.0}")
+    } else if a >= 10.0 {
+        format!("{v:.1}")
+    } else if a >= 1.0 {
+        format!("{v:.2}")
+    } else {
+        format!("{v:.3}")
+    }
+}
+
+fn cell(c: Option<Cell>) -> String {
+    match c {
+        None => "n/a".into(),
+        Some(c) if c.errors > 0 => format!("{} ({} err)", num(c.value), c.errors),
+        Some(c) => num(c.value),
+    }
+}
+
+fn table(rows: &[Row]) -> String {
+    let mut s = String::from(
+        "\n## Results\n\nRatio is Turnstile / etcd: above 1 is better for rates, below 1 for \
+         latencies and memory.\n\n\
+         | Workload | Figure | Unit | Turnstile | etcd | Turnstile / etcd | Note |\n\
+         |---|---|---|--:|--:|--:|---|\n",
+    );
+    for r in rows {
+        let ratio = r
+            .ratio
+            .map_or_else(|| "".into(), |x| format!("{}x", num(x)));
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {} | {} | {} |",
+            r.workload,
+            r.label,
+            r.unit,
+            cell(r.turnstile),
+            cell(r.etcd),
+            ratio,
+            r.note
+        );
+    }
+    s
+}
+
+fn log_table(rows: &[LogRow]) -> String {
+    if rows.is_empty() {
+        return String::new();
+    }
+    let mut s = String::from(
+        "\n## Turnstile log counters\n\nThe leader's `/v1/cluster` `log` counters, after minus \
+         before each measurement window.\n\n\
+         | Measurement | Ops | Entries | Batches | fdatasyncs | Entries / batch | fdatasyncs / batch | Entries / op |\n\
+         |---|--:|--:|--:|--:|--:|--:|--:|\n",
+    );
+    for r in rows {
+        let d = r.delta;
+        let per = |a: u64, b: u64| {
+            if b > 0 {
+                num(a as f64 / b as f64)
+            } else {
+                "n/a".into()
+            }
+        };
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {} | {} | {} | {} |",
+            r.measurement,
+            r.ops,
+            d.entries_appended,
+            d.append_batches,
+            d.fdatasyncs,
+            per(d.entries_appended, d.append_batches),
+            per(d.fdatasyncs, d.append_batches),
+            per(d.entries_appended, r.ops)
+        );
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(system: System, label: &str, value: f64) -> Entry {
+        Entry {
+            system: system.name(),
+            measure: Measure::new("W1", label, "cycles/s", Better::Higher, value),
+        }
+    }
+
+    #[test]
+    fn rows_pair_systems_and_compute_ratios() {
+        let rows = rows(&[
+            entry(System::Turnstile, "64 clients: throughput", 3_000.0),
+            entry(System::Turnstile, "only ours", 1.0),
+            entry(System::Etcd, "64 clients: throughput", 1_500.0),
+        ]);
+        assert_eq!(rows.len(), 2);
+        assert_eq!(rows[0].ratio, Some(2.0));
+        assert!(rows[1].etcd.is_none() && rows[1].ratio.is_none());
+        let md = table(&rows);
+        assert!(
+            md.contains("| W1 | 64 clients: throughput | cycles/s | 3,000 | 1,500 | 2.00x |"),
+            "{md}"
+        );
+        assert!(md.contains("| n/a |"), "{md}");
+    }
+
+    #[test]
+    fn numbers_are_readable() {
+        assert_eq!(num(1_234_567.8), "1,234,568");
+        assert_eq!(num(123.4), "123");
+        assert_eq!(num(12.34), "12.3");
+        assert_eq!(num(1.234), "1.23");
+        assert_eq!(num(0.1234), "0.123");
+        assert_eq!(num(-2_500.0), "-2,500");
+    }
+}

@@ -1,0 +1,58 @@
+//! `run`: measures the limit, then runs each workload on each system in turn (one system at a
+//! time, never both at once; workloads interleaved so slow drift on the machine touches both),
+//! and collects everything into a `Report`.
+
+use std::time::Instant;
+
+use crate::cluster::RunDirs;
+use crate::limit;
+use crate::machine::Machine;
+use crate::plan::{Plan, System};
+use crate::report::Report;
+use crate::workloads::{self, Ctx};
+
+/// Runs the plan. A workload that fails on one system is recorded in the report and the run
+/// goes on; the caller decides the exit status from `report.failures`.
+pub async fn run(plan: &Plan) -> anyhow::Result<Report> {
+    let started = Instant::now();
+    let mut dirs = RunDirs::create(plan)?;
+    let etcd = plan
+        .systems
+        .contains(&System::Etcd)
+        .then_some(plan.etcd_bin.as_path());
+    let machine = Machine::read(dirs.root(), etcd);
+    eprintln!("turnstile-bench: measuring the limit (fdatasync, loopback round trip)");
+    let limit = limit::measure(dirs.root(), plan.fsync_samples, plan.rtt_samples).await?;
+    let mut report = Report::new(plan, machine, limit);
+    for &w in &plan.workloads {
+        for &system in &plan.systems {
+            let t0 = Instant::now();
+            eprintln!("turnstile-bench: {} on {}", w.name(), system.name());
+            let mut ctx = Ctx {
+                plan,
+                dirs: &mut dirs,
+                system,
+            };
+            match workloads::run(w, &mut ctx).await {
+                Ok(outcome) => report.add(system, outcome.measures, outcome.log_rows),
+                Err(e) => {
+                    eprintln!(
+                        "turnstile-bench: {} on {} failed: {e:#}",
+                        w.name(),
+                        system.name()
+                    );
+                    report.fail(system, w.name(), &e);
+                }
+            }
+            eprintln!(
+                "turnstile-bench: {} on {} took {:.1} s",
+                w.name(),
+                system.name(),
+                t0.elapsed().as_secs_f64()
+            );
+        }
+    }
+    report.wall_s = started.elapsed().as_secs_f64();
+    report.loadavg_end = crate::machine::loadavg();
+    Ok(report)
+}

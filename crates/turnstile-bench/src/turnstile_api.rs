@@ -1,0 +1,230 @@
+//! `TurnstileApi`: the few Turnstile HTTP calls the workloads make (docs/api.md), on one node,
+//! over a shared pooled `reqwest` client so connections are reused across requests.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use serde_json::{json, Value};
+
+use crate::plan::REQUEST_MS_MAX;
+
+/// Added to a waiting acquire's `wait_ms` for the client-side timeout of its request.
+const WAIT_MARGIN_MS: u64 = 5_000;
+
+/// Calls to one Turnstile node. Cloning shares the connection pool.
+#[derive(Clone)]
+pub struct TurnstileApi {
+    http: reqwest::Client,
+    base: String,
+}
+
+/// The `log` counters of `/v1/cluster`: the node's durability counters since it started.
+#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
+pub struct LogCounters {
+    pub append_batches: u64,
+    pub entries_appended: u64,
+    pub fdatasyncs: u64,
+    pub acked_batches: u64,
+}
+
+impl LogCounters {
+    pub fn delta(self, before: LogCounters) -> LogCounters {
+        LogCounters {
+            append_batches: self.append_batches.saturating_sub(before.append_batches),
+            entries_appended: self
+                .entries_appended
+                .saturating_sub(before.entries_appended),
+            fdatasyncs: self.fdatasyncs.saturating_sub(before.fdatasyncs),
+            acked_batches: self.acked_batches.saturating_sub(before.acked_batches),
+        }
+    }
+}
+
+/// What `/v1/cluster` says about this node.
+#[derive(Clone, Copy, Debug)]
+pub struct NodeView {
+    pub leader_id: Option<u64>,
+    pub applied_index: u64,
+    pub log: LogCounters,
+}
+
+/// A shared HTTP client: no proxy, no overall timeout (watch streams are long), Nagle off.
+pub fn http_client() -> anyhow::Result<reqwest::Client> {
+    reqwest::Client::builder()
+        .no_proxy()
+        .tcp_nodelay(true)
+        .connect_timeout(Duration::from_secs(2))
+        .build()
+        .context("cannot build the HTTP client")
+}
+
+impl TurnstileApi {
+    pub fn new(http: reqwest::Client, addr: SocketAddr) -> TurnstileApi {
+        TurnstileApi {
+            http,
+            base: format!("http://{addr}"),
+        }
+    }
+
+    async fn send(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+        timeout_ms: u64,
+    ) -> anyhow::Result<Value> {
+        let mut req = self
+            .http
+            .request(method, format!("{}{}", self.base, path))
+            .timeout(Duration::from_millis(timeout_ms));
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let resp = req.send().await.with_context(|| path.to_string())?;
+        let status = resp.status();
+        let text = resp.text().await.with_context(|| format!("{path}: body"))?;
+        if !status.is_success() {
+            bail!("{path}: HTTP {}: {text}", status.as_u16());
+        }
+        if text.is_empty() {
+            return Ok(Value::Null);
+        }
+        serde_json::from_str(&text).with_context(|| format!("{path}: not JSON: {text}"))
+    }
+
+    async fn post(&self, path: &str, body: Value) -> anyhow::Result<Value> {
+        self.send(reqwest::Method::POST, path, Some(body), REQUEST_MS_MAX)
+            .await
+    }
+
+    pub async fn lease_grant(&self, ttl_ms: u64) -> anyhow::Result<u64> {
+        let v = self.post("/v1/leases", json!({ "ttl_ms": ttl_ms })).await?;
+        field_u64(&v, "lease_id")
+    }
+
+    pub async fn lease_revoke(&self, lease: u64) -> anyhow::Result<()> {
+        let path = format!("/v1/leases/{lease}");
+        self.send(reqwest::Method::DELETE, &path, None, REQUEST_MS_MAX)
+            .await?;
+        Ok(())
+    }
+
+    pub async fn keepalive(&self, lease: u64) -> anyhow::Result<()> {
+        let path = format!("/v1/leases/{lease}/keepalive");
+        self.send(reqwest::Method::POST, &path, None, REQUEST_MS_MAX)
+            .await?;
+        Ok(())
+    }
+
+    /// A waiting acquire with a `request_id`, as docs/api.md asks of every waiting acquire.
+    /// Returns the token.
+    pub async fn acquire(
+        &self,
+        name: &str,
+        lease: u64,
+        wait_ms: u64,
+        request_id: &str,
+    ) -> anyhow::Result<u64> {
+        let path = format!("/v1/locks/{name}/acquire");
+        let body = json!({ "lease_id": lease, "wait_ms": wait_ms, "request_id": request_id });
+        let v = self
+            .send(
+                reqwest::Method::POST,
+                &path,
+                Some(body),
+                wait_ms + WAIT_MARGIN_MS,
+            )
+            .await?;
+        field_u64(&v, "token")
+    }
+
+    /// Releases the hold `{token, lease}`; returns the release entry's revision.
+    pub async fn release(&self, name: &str, lease: u64, token: u64) -> anyhow::Result<u64> {
+        let path = format!("/v1/locks/{name}/release");
+        let v = self
+            .post(&path, json!({ "lease_id": lease, "token": token }))
+            .await?;
+        field_u64(&v, "revision")
+    }
+
+    /// Number of requests queued on a lock.
+    pub async fn lock_waiters(&self, name: &str) -> anyhow::Result<usize> {
+        let path = format!("/v1/locks/{name}");
+        let v = self
+            .send(reqwest::Method::GET, &path, None, REQUEST_MS_MAX)
+            .await?;
+        Ok(v.get("waiters")
+            .and_then(Value::as_array)
+            .map_or(0, Vec::len))
+    }
+
+    /// `PUT /v1/kv/{key}`, with `if: {absent}` (`expect: None`) or `if: {mod_revision}`.
+    pub async fn put_if(&self, key: &str, value: &str, expect: Option<u64>) -> anyhow::Result<u64> {
+        let cond = match expect {
+            None => json!({ "absent": true }),
+            Some(rev) => json!({ "mod_revision": rev }),
+        };
+        self.put_body(key, json!({ "value": value, "if": cond }))
+            .await
+    }
+
+    pub async fn put(&self, key: &str, value: &str) -> anyhow::Result<u64> {
+        self.put_body(key, json!({ "value": value })).await
+    }
+
+    async fn put_body(&self, key: &str, body: Value) -> anyhow::Result<u64> {
+        let path = format!("/v1/kv/{key}");
+        let v = self
+            .send(reqwest::Method::PUT, &path, Some(body), REQUEST_MS_MAX)
+            .await?;
+        field_u64(&v, "revision")
+    }
+
+    /// Opens `GET /v1/watch?key=K` (server-sent events); the stream lasts up to `timeout_ms`.
+    pub async fn watch(&self, key: &str, timeout_ms: u64) -> anyhow::Result<reqwest::Response> {
+        let resp = self
+            .http
+            .get(format!("{}/v1/watch", self.base))
+            .query(&[("key", key)])
+            .timeout(Duration::from_millis(timeout_ms))
+            .send()
+            .await
+            .context("/v1/watch")?;
+        if !resp.status().is_success() {
+            bail!("/v1/watch: HTTP {}", resp.status().as_u16());
+        }
+        Ok(resp)
+    }
+
+    /// `GET /readyz` answered 200.
+    pub async fn ready(&self) -> bool {
+        self.send(reqwest::Method::GET, "/readyz", None, 1_000)
+            .await
+            .is_ok()
+    }
+
+    /// This node's `/v1/cluster` view.
+    pub async fn view(&self) -> anyhow::Result<NodeView> {
+        let v = self
+            .send(reqwest::Method::GET, "/v1/cluster", None, REQUEST_MS_MAX)
+            .await?;
+        let log = v.get("log").context("/v1/cluster has no log counters")?;
+        Ok(NodeView {
+            leader_id: v.get("leader_id").and_then(Value::as_u64),
+            applied_index: field_u64(&v, "applied_index")?,
+            log: LogCounters {
+                append_batches: field_u64(log, "append_batches")?,
+                entries_appended: field_u64(log, "entries_appended")?,
+                fdatasyncs: field_u64(log, "fdatasyncs")?,
+                acked_batches: field_u64(log, "acked_batches")?,
+            },
+        })
+    }
+}
+
+fn field_u64(v: &Value, name: &str) -> anyhow::Result<u64> {
+    v.get(name)
+        .and_then(Value::as_u64)
+        .with_context(|| format!("answer has no integer {name:?}: {v}"))
+}

@@ -1,0 +1,194 @@
+//! `TurnstileCluster`: three `turnstile serve` processes on loopback with default settings,
+//! data dirs and logs in one `ScratchDir`. Start waits until every node is ready and agrees on
+//! the leader; drop kills the nodes, then removes the directory.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+
+use crate::node_process::{free_ports, NodeProcess};
+use crate::plan::CLUSTER_START_MS_MAX;
+use crate::scratch_dir::ScratchDir;
+use crate::turnstile_api::{http_client, NodeView, TurnstileApi};
+
+/// Nodes per cluster.
+pub const NODES: usize = 3;
+/// Shared secret of the bench clusters' peer RPCs (loopback only).
+const CLUSTER_SECRET: &str = "turnstile-bench-cluster-secret";
+/// Log filter of the nodes: warnings only, so logging costs nothing measurable.
+const NODE_LOG_FILTER: &str = "warn,openraft=error";
+/// Interval of the readiness and catch-up polls.
+const POLL_MS: u64 = 50;
+
+/// A running 3-node Turnstile cluster. Field order matters: nodes drop (die) before the
+/// directory is removed.
+pub struct TurnstileCluster {
+    nodes: Vec<NodeProcess>,
+    addrs: Vec<SocketAddr>,
+    http: reqwest::Client,
+    _dir: ScratchDir,
+}
+
+impl TurnstileCluster {
+    /// Starts three nodes forming a new cluster and waits for a leader they all know.
+    pub async fn start(bin: &Path, dir: ScratchDir) -> anyhow::Result<TurnstileCluster> {
+        if !bin.is_file() {
+            bail!(
+                "no turnstile binary at {} (build it: cargo build --release -p turnstile, or pass --turnstile-bin)",
+                bin.display()
+            );
+        }
+        let addrs: Vec<SocketAddr> = free_ports(NODES)?
+            .into_iter()
+            .map(|p| SocketAddr::from(([127, 0, 0, 1], p)))
+            .collect();
+        let initial: Vec<String> = addrs
+            .iter()
+            .enumerate()
+            .map(|(i, a)| format!("{}={a}", i + 1))
+            .collect();
+        let mut nodes = Vec::new();
+        for (i, addr) in addrs.iter().enumerate() {
+            let id = i + 1;
+            let args: Vec<String> = vec![
+                "serve".into(),
+                "--id".into(),
+                id.to_string(),
+                "--listen".into(),
+                addr.to_string(),
+                "--data-dir".into(),
+                dir.path().join(format!("node-{id}")).display().to_string(),
+                "--initial-cluster".into(),
+                initial.join(","),
+                "--cluster-secret".into(),
+                CLUSTER_SECRET.into(),
+            ];
+            let log = dir.path().join(format!("turnstile-{id}.log"));
+            let envs = [("TURNSTILE_LOG", NODE_LOG_FILTER)];
+            let name = format!("turnstile node {id}");
+            nodes.push(NodeProcess::spawn(
+                &name,
+                bin,
+                &args,
+                &envs,
+                &["TURNSTILE_"],
+                &log,
+            )?);
+        }
+        let mut cluster = TurnstileCluster {
+            nodes,
+            addrs,
+            http: http_client()?,
+            _dir: dir,
+        };
+        cluster.wait_ready().await?;
+        Ok(cluster)
+    }
+
+    async fn wait_ready(&mut self) -> anyhow::Result<()> {
+        let deadline = Instant::now() + Duration::from_millis(CLUSTER_START_MS_MAX);
+        loop {
+            for n in &mut self.nodes {
+                n.check_running()?;
+            }
+            if self.all_ready().await && self.leader().await.is_ok() {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                let tail = self.nodes.first().map(NodeProcess::log_tail);
+                bail!(
+                    "the Turnstile cluster was not ready within {CLUSTER_START_MS_MAX} ms; node 1's log:\n{}",
+                    tail.unwrap_or_default()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(POLL_MS)).await;
+        }
+    }
+
+    async fn all_ready(&self) -> bool {
+        for i in self.live() {
+            if !self.api(i).ready().await {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Indexes (0-based) of the nodes not killed.
+    pub fn live(&self) -> Vec<usize> {
+        (0..self.nodes.len())
+            .filter(|&i| !self.nodes[i].is_killed())
+            .collect()
+    }
+
+    pub fn api(&self, node: usize) -> TurnstileApi {
+        TurnstileApi::new(self.http.clone(), self.addrs[node])
+    }
+
+    /// The leader's index, if every live node names the same live leader.
+    pub async fn leader(&self) -> anyhow::Result<usize> {
+        let mut leader = None;
+        for i in self.live() {
+            let view = self.api(i).view().await?;
+            let id = view.leader_id.context("a node knows no leader")?;
+            if leader.is_some_and(|l| l != id) {
+                bail!("nodes disagree on the leader");
+            }
+            leader = Some(id);
+        }
+        let id = leader.context("no live node")?;
+        let index = usize::try_from(id)
+            .ok()
+            .and_then(|id| id.checked_sub(1))
+            .filter(|&i| i < self.nodes.len() && !self.nodes[i].is_killed())
+            .with_context(|| format!("leader {id} is not a live node"))?;
+        Ok(index)
+    }
+
+    /// `/v1/cluster` of every live node.
+    pub async fn views(&self) -> anyhow::Result<Vec<NodeView>> {
+        let mut out = Vec::new();
+        for i in self.live() {
+            out.push(self.api(i).view().await?);
+        }
+        Ok(out)
+    }
+
+    /// Waits until every live node has applied the same index, with a deadline.
+    pub async fn wait_caught_up(&self) -> anyhow::Result<()> {
+        let deadline = Instant::now() + Duration::from_millis(CLUSTER_START_MS_MAX);
+        loop {
+            let views = self.views().await?;
+            let first = views.first().map(|v| v.applied_index);
+            if views.iter().all(|v| Some(v.applied_index) == first) {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!("Turnstile nodes did not converge on one applied index");
+            }
+            tokio::time::sleep(Duration::from_millis(POLL_MS)).await;
+        }
+    }
+
+    pub fn kill(&mut self, node: usize) {
+        self.nodes[node].kill();
+    }
+
+    /// Resident memory of every live node, in bytes.
+    pub fn rss_bytes(&self) -> anyhow::Result<Vec<u64>> {
+        self.live()
+            .into_iter()
+            .map(|i| self.nodes[i].rss_bytes())
+            .collect()
+    }
+
+    /// Fails if a node that was not killed has died.
+    pub fn check_running(&mut self) -> anyhow::Result<()> {
+        for n in self.nodes.iter_mut().filter(|n| !n.is_killed()) {
+            n.check_running()?;
+        }
+        Ok(())
+    }
+}
