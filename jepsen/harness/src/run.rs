@@ -20,8 +20,12 @@ use crate::workload::{self, WorkerCtx};
 
 /// Longest the linearizability search may take per model before it answers "unknown".
 const SEARCH_BUDGET_MS: u64 = 30_000;
-/// How long after the run the watchers get to deliver the final revision.
-const DRAIN_MS: u64 = 15_000;
+/// How long after the fault phase the watchers may take to deliver the end marker: the heal,
+/// convergence and final reads come first.
+const DRAIN_MS: u64 = 45_000;
+/// How often the monitor polls every node, and how long one poll may take.
+const MONITOR_INTERVAL_MS: u64 = 200;
+const MONITOR_TIMEOUT_MS: u64 = 300;
 /// Process ids of the final reads start here (workers' ids stay far below).
 const FINAL_PROCESS_BASE: u64 = 1 << 40;
 
@@ -170,7 +174,7 @@ pub async fn run(cfg: RunConfig) -> anyhow::Result<RunSummary> {
             endpoints: endpoints.clone(),
             deadline,
             drain_to: drain_rx.clone(),
-            drain_deadline: deadline + Duration::from_millis(DRAIN_MS + 30_000),
+            drain_deadline: deadline + Duration::from_millis(DRAIN_MS),
         };
         watchers.push(tokio::spawn(watcher::watcher(
             rec.clone(),
@@ -296,28 +300,26 @@ fn run_dir(cfg: &RunConfig) -> anyhow::Result<PathBuf> {
     Ok(dir)
 }
 
-/// Polls every node's `/v1/cluster` and records who leads which term.
+/// Polls every node's `/v1/cluster` until the fault phase ends and records who leads which
+/// term (the minority check attributes each grant's term to its leader).
 async fn monitor(rec: Recorder, http: Http, endpoints: Vec<String>, deadline: Instant) {
     let client = http.inner().clone();
-    while Instant::now() < deadline + Duration::from_millis(DRAIN_MS) {
+    while Instant::now() < deadline {
         for (i, e) in endpoints.iter().enumerate() {
             let req = client
                 .get(format!("{e}/v1/cluster"))
-                .timeout(Duration::from_millis(300));
-            if let Ok(resp) = req.send().await {
-                if let Ok(v) = resp.json::<serde_json::Value>().await {
-                    if v["state"] == "Leader" {
-                        if let Some(term) = v["term"].as_u64() {
-                            rec.leader(i as u64 + 1, term);
-                        }
-                    }
-                }
+                .timeout(Duration::from_millis(MONITOR_TIMEOUT_MS));
+            let Ok(resp) = req.send().await else {
+                continue;
+            };
+            let Ok(v) = resp.json::<serde_json::Value>().await else {
+                continue;
+            };
+            if let (true, Some(term)) = (v["state"] == "Leader", v["term"].as_u64()) {
+                rec.leader(i as u64 + 1, term);
             }
         }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        if Instant::now() >= deadline {
-            break;
-        }
+        tokio::time::sleep(Duration::from_millis(MONITOR_INTERVAL_MS)).await;
     }
 }
 

@@ -168,17 +168,18 @@ pub async fn register_worker(ctx: WorkerCtx, index: u64, seed: u64) {
             let mut a = w
                 .send(reqwest::Method::GET, &path, None, Effect::Read)
                 .await;
+            // `404 key_not_found` is a successful read of an absent key; anything unparsable
+            // is a failed read.
             let value = parse_register(&a);
-            if a.is_ok() || value.is_some() {
-                a.kind = EventType::Ok;
-            }
+            a.kind = if value.is_some() {
+                EventType::Ok
+            } else {
+                EventType::Fail
+            };
             let done = OpValue::Read {
                 key,
                 value: value.flatten(),
             };
-            if value.is_none() {
-                a.kind = EventType::Fail;
-            }
             w.complete(&a, done);
             !a.is_ok()
         } else if roll < 0.75 {
