@@ -4,23 +4,30 @@
 //! container), nftables partitions (any grudge, including one-way), heal, and a jump of a
 //! node's wall clock through the test hook.
 //!
+//! Partitions live in `cluster/network.rs`, HTTP to the nodes (status, leader, convergence,
+//! the clock hook) in `cluster/observe.rs`.
+//!
 //! Node processes run `turnstile-jepsen node`, which is `turnstile serve` (the same
 //! `turnstile_server::serve::serve`) in a binary that also carries the bug-injection switches.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::process::{Child, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
-use serde_json::Value;
 
 use crate::docker::{self, ContainerSpec, DockerNet};
 use crate::netns::{Net, NetHost};
+
+mod network;
+mod observe;
+
+pub use observe::wait_for;
 
 /// The port every node listens on inside its namespace.
 pub const NODE_PORT: u16 = 7000;
@@ -441,174 +448,6 @@ impl ProcCluster {
         }
     }
 
-    /// Replaces `node`'s partition rules: it drops every packet from `from`.
-    fn drop_at(&self, node: &NodeProc, from: &BTreeSet<Ipv4Addr>) -> anyhow::Result<()> {
-        match (&self.fabric, &node.place) {
-            (Fabric::Netns(net), Place::Netns { host, .. }) => net.drop_from(host, from),
-            (Fabric::Docker(net), Place::Docker { name, .. }) => net.drop_from(name, from),
-            _ => bail!("a node of one backend on the network of another"),
-        }
-    }
-
-    /// Cuts the cluster into `groups`: a node drops packets from every node that shares no
-    /// group with it. Groups may overlap (a bridge node in two groups hears both). Nodes in no
-    /// group are not touched. The harness (host side) is never cut.
-    pub fn partition(&self, groups: &[Vec<u64>]) -> anyhow::Result<()> {
-        let ids = self.ids();
-        for id in &ids {
-            let mine: Vec<&Vec<u64>> = groups.iter().filter(|g| g.contains(id)).collect();
-            if mine.is_empty() {
-                continue;
-            }
-            let cut: BTreeSet<Ipv4Addr> = ids
-                .iter()
-                .filter(|other| !mine.iter().any(|g| g.contains(other)))
-                .map(|&other| self.ip(other))
-                .collect();
-            self.drop_at(&self.nodes[id], &cut)?;
-        }
-        Ok(())
-    }
-
-    /// Cuts one node off from all others, both ways.
-    pub fn isolate(&self, id: u64) -> anyhow::Result<()> {
-        let rest: Vec<u64> = self.ids().into_iter().filter(|&i| i != id).collect();
-        self.partition(&[vec![id], rest])
-    }
-
-    /// One-way: `to` drops packets from `from`; `from` still hears `to`.
-    pub fn drop_one_way(&self, from: u64, to: u64) -> anyhow::Result<()> {
-        let set = BTreeSet::from([self.ip(from)]);
-        self.drop_at(&self.nodes[&to], &set)
-    }
-
-    /// Cuts client host `host` off from every node, both ways. Replaces the nodes' partition
-    /// rules (each node then drops only this client), so do not combine it with `partition`.
-    /// Netns backend only.
-    pub fn cut_client(&self, host: &NetHost) -> anyhow::Result<()> {
-        let Fabric::Netns(net) = &self.fabric else {
-            bail!("client hosts need the netns backend");
-        };
-        let nodes: BTreeSet<Ipv4Addr> = self.nodes.values().map(|n| n.ip).collect();
-        net.drop_from(host, &nodes)?;
-        let client = BTreeSet::from([host.ip]);
-        for node in self.nodes.values() {
-            self.drop_at(node, &client)?;
-        }
-        Ok(())
-    }
-
-    /// Removes every partition rule, the client hosts' included.
-    pub fn heal(&self) -> anyhow::Result<()> {
-        for node in self.nodes.values() {
-            self.drop_at(node, &BTreeSet::new())?;
-        }
-        if let Fabric::Netns(net) = &self.fabric {
-            for host in &self.clients {
-                net.drop_from(host, &BTreeSet::new())?;
-            }
-        }
-        Ok(())
-    }
-
-    /// Jumps node `id`'s wall clock by `offset_ms` (the test hook; lease expiry must not see it).
-    pub async fn clock_jump(&self, id: u64, offset_ms: i64) -> anyhow::Result<()> {
-        let (code, v) = self
-            .post(
-                id,
-                "/debug/clock",
-                serde_json::json!({ "offset_ms": offset_ms }),
-            )
-            .await?;
-        if code != 200 {
-            bail!("clock hook {code}: {v}");
-        }
-        Ok(())
-    }
-
-    /// Sends one request to node `id` and returns the status and JSON body.
-    pub async fn call(
-        &self,
-        id: u64,
-        method: reqwest::Method,
-        path: &str,
-        body: Option<Value>,
-    ) -> anyhow::Result<(u16, Value)> {
-        let mut req = self
-            .http
-            .request(method, format!("{}{path}", self.endpoint(id)));
-        if let Some(b) = body {
-            req = req.json(&b);
-        }
-        let resp = req.send().await?;
-        let code = resp.status().as_u16();
-        let text = resp.text().await?;
-        let v = serde_json::from_str(&text).unwrap_or(Value::String(text));
-        Ok((code, v))
-    }
-
-    pub async fn get(&self, id: u64, path: &str) -> anyhow::Result<(u16, Value)> {
-        self.call(id, reqwest::Method::GET, path, None).await
-    }
-
-    pub async fn post(&self, id: u64, path: &str, body: Value) -> anyhow::Result<(u16, Value)> {
-        self.call(id, reqwest::Method::POST, path, Some(body)).await
-    }
-
-    /// Node `id`'s `/v1/cluster` view.
-    pub async fn status(&self, id: u64) -> anyhow::Result<Value> {
-        let (code, v) = self.get(id, "/v1/cluster").await?;
-        if code != 200 {
-            bail!("cluster status {code}: {v}");
-        }
-        Ok(v)
-    }
-
-    /// Nodes that are running and not paused.
-    pub fn live(&self) -> Vec<u64> {
-        self.nodes
-            .iter()
-            .filter(|(_, n)| n.running() && !n.paused)
-            .map(|(id, _)| *id)
-            .collect()
-    }
-
-    /// Waits for a live node that reports itself leader of a formed cluster; returns it and
-    /// its term.
-    pub async fn leader(&self) -> anyhow::Result<(u64, u64)> {
-        wait_for("a leader", || async {
-            for id in self.live() {
-                if let Ok(s) = self.status(id).await {
-                    if s["state"] == "Leader" && !s["cluster_id"].is_null() {
-                        return s["term"].as_u64().map(|t| (id, t));
-                    }
-                }
-            }
-            None
-        })
-        .await
-    }
-
-    /// Waits until every live node reports the same applied index and state digest.
-    pub async fn converged(&self) -> anyhow::Result<Vec<(u64, u64, String)>> {
-        wait_for("all nodes to converge", || async {
-            let mut seen = Vec::new();
-            for id in self.live() {
-                let s = self.status(id).await.ok()?;
-                seen.push((
-                    id,
-                    s["applied_index"].as_u64()?,
-                    s["state_digest"].as_str()?.to_string(),
-                ));
-            }
-            let first = seen.first()?.clone();
-            seen.iter()
-                .all(|s| s.1 == first.1 && s.2 == first.2)
-                .then_some(seen)
-        })
-        .await
-    }
-
     /// Kills every node (SIGKILL) and restarts all of them on their data dirs.
     pub fn restart_all(&mut self) -> anyhow::Result<()> {
         for id in self.ids() {
@@ -656,22 +495,4 @@ impl Drop for ProcCluster {
 fn tail(text: &str, lines: usize) -> String {
     let all: Vec<&str> = text.lines().collect();
     all[all.len().saturating_sub(lines)..].join("\n")
-}
-
-/// Polls `f` until it returns `Some`, failing after [`WAIT_MS_MAX`].
-pub async fn wait_for<T, F, Fut>(what: &str, mut f: F) -> anyhow::Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + Duration::from_millis(WAIT_MS_MAX);
-    loop {
-        if let Some(t) = f().await {
-            return Ok(t);
-        }
-        if Instant::now() > deadline {
-            bail!("timed out after {WAIT_MS_MAX} ms waiting for {what}");
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
