@@ -125,11 +125,6 @@ fn network_name(index: u32) -> String {
     format!("{PREFIX}{index}")
 }
 
-fn pid_alive(pid: i32) -> bool {
-    // Signal 0 checks existence; EPERM would also mean alive, but we run as root.
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok()
-}
-
 impl DockerNet {
     /// Creates a network on an unused subnet for containers of `image`, first sweeping
     /// networks whose owner died. `binary` is the node binary the caller believes the image
@@ -365,7 +360,7 @@ impl Drop for DockerNet {
         for c in self.containers().values_mut() {
             finish_follower(c.follower.take());
         }
-        let _ = std::fs::remove_file(Path::new(STATE_DIR).join(self.index.to_string()));
+        crate::owners::forget(STATE_DIR, self.index);
     }
 }
 
@@ -425,29 +420,12 @@ fn remove_objects(index: u32) {
 /// Removes Docker networks (and their containers) whose owning process is gone. Returns how
 /// many were removed.
 pub fn sweep_stale() -> usize {
-    let Ok(entries) = std::fs::read_dir(STATE_DIR) else {
-        return 0;
-    };
-    let mut removed = 0;
-    for entry in entries.flatten() {
-        let Some(index) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        let owner = std::fs::read_to_string(entry.path())
-            .ok()
-            .and_then(|s| s.trim().parse::<i32>().ok());
-        if owner.is_some_and(pid_alive) {
-            continue;
-        }
+    let orphans = crate::owners::orphaned(STATE_DIR);
+    for &index in &orphans {
         remove_objects(index);
-        let _ = std::fs::remove_file(entry.path());
-        removed += 1;
+        crate::owners::forget(STATE_DIR, index);
     }
-    removed
+    orphans.len()
 }
 
 /// Logs a warning when the image was built from another binary than `binary`.

@@ -13,6 +13,7 @@ pub mod http;
 pub mod nemesis;
 pub mod netns;
 pub mod nft;
+pub mod owners;
 pub mod recorder;
 pub mod run;
 pub mod watcher;

@@ -71,11 +71,6 @@ fn bridge_name(index: u32) -> String {
     format!("{PREFIX}br{index}")
 }
 
-fn pid_alive(pid: i32) -> bool {
-    // Signal 0 checks existence; EPERM would also mean alive, but we run as root.
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok()
-}
-
 impl Net {
     /// Creates a fresh bridge on an unused subnet, first sweeping networks whose owner died.
     pub fn create() -> anyhow::Result<Net> {
@@ -92,11 +87,7 @@ impl Net {
                 index,
                 hosts: Vec::new(),
             };
-            std::fs::write(
-                Path::new(STATE_DIR).join(index.to_string()),
-                std::process::id().to_string(),
-            )
-            .context("cannot record the network's owner")?;
+            crate::owners::record(STATE_DIR, index)?;
             let cidr = format!("{}/24", net.host_ip());
             run("ip", &["addr", "add", &cidr, "dev", &bridge])?;
             run("ip", &["link", "set", &bridge, "up"])?;
@@ -207,7 +198,7 @@ fn remove_net(index: u32) {
     let bridge = bridge_name(index);
     run_quiet("iptables", &forward_rule_args("-D", &bridge));
     run_quiet("ip", &["link", "del", &bridge]);
-    let _ = std::fs::remove_file(Path::new(STATE_DIR).join(index.to_string()));
+    crate::owners::forget(STATE_DIR, index);
 }
 
 /// Names of all network namespaces.
@@ -239,28 +230,11 @@ fn kill_namespace_processes(ns: &str) {
 /// Removes networks whose owning process is gone (a run killed before its cleanup ran).
 /// Returns how many were removed.
 pub fn sweep_stale() -> usize {
-    let Ok(entries) = std::fs::read_dir(STATE_DIR) else {
-        return 0;
-    };
-    let mut removed = 0;
-    for entry in entries.flatten() {
-        let Some(index) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        let owner = std::fs::read_to_string(entry.path())
-            .ok()
-            .and_then(|s| s.trim().parse::<i32>().ok());
-        if owner.is_some_and(pid_alive) {
-            continue;
-        }
+    let orphans = crate::owners::orphaned(STATE_DIR);
+    for &index in &orphans {
         remove_net(index);
-        removed += 1;
     }
-    removed
+    orphans.len()
 }
 
 /// Fails early, with the fix, when the tools or privileges are missing.
