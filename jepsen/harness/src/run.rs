@@ -29,6 +29,14 @@ const MONITOR_TIMEOUT_MS: u64 = 300;
 /// Process ids of the final reads start here (workers' ids stay far below).
 const FINAL_PROCESS_BASE: u64 = 1 << 40;
 
+/// The client workloads a run mixes.
+#[derive(Debug, Clone, Copy)]
+enum WorkerKind {
+    Register,
+    Counter,
+    Lock,
+}
+
 /// Everything one run needs.
 #[derive(Debug, Clone)]
 pub struct RunConfig {
@@ -190,31 +198,26 @@ pub async fn run(cfg: RunConfig) -> anyhow::Result<RunSummary> {
         deadline,
         workers_total,
     };
+    // Worker indexes run on across the kinds, so process ids and node bindings never repeat.
+    let kinds = [
+        (WorkerKind::Register, cfg.register_workers),
+        (WorkerKind::Counter, cfg.counter_workers),
+        (WorkerKind::Lock, cfg.lock_workers),
+    ];
     let mut workers = Vec::new();
     let mut index = 0;
-    for _ in 0..cfg.register_workers {
-        workers.push(tokio::spawn(workload::register_worker(
-            ctx.clone(),
-            index,
-            cfg.seed,
-        )));
-        index += 1;
-    }
-    for _ in 0..cfg.counter_workers {
-        workers.push(tokio::spawn(workload::counter_worker(
-            ctx.clone(),
-            index,
-            cfg.seed,
-        )));
-        index += 1;
-    }
-    for _ in 0..cfg.lock_workers {
-        workers.push(tokio::spawn(workload::lock_worker(
-            ctx.clone(),
-            index,
-            cfg.seed,
-        )));
-        index += 1;
+    for (kind, count) in kinds {
+        for _ in 0..count {
+            let (ctx, seed) = (ctx.clone(), cfg.seed);
+            workers.push(tokio::spawn(async move {
+                match kind {
+                    WorkerKind::Register => workload::register_worker(ctx, index, seed).await,
+                    WorkerKind::Counter => workload::counter_worker(ctx, index, seed).await,
+                    WorkerKind::Lock => workload::lock_worker(ctx, index, seed).await,
+                }
+            }));
+            index += 1;
+        }
     }
     let plan = NemesisPlan {
         seed: cfg.seed,
@@ -341,10 +344,11 @@ async fn final_reads(cluster: &ProcCluster, rec: &Recorder, http: &Http) -> Vec<
         }
     }
     process += 1;
-    workload::final_counter_read(rec, http, &endpoint, process, leader).await;
+    workload::read_counter_at(rec, http, &endpoint, process, leader).await;
     for k in 0..workload::REGISTER_KEYS {
         process += 1;
-        workload::final_register_read(rec, http, &endpoint, process, leader, k).await;
+        let key = workload::register_key(k);
+        workload::read_register_at(rec, http, &endpoint, process, leader, &key).await;
     }
     let mut finals = Vec::new();
     if let Ok(nodes) = cluster.converged().await {

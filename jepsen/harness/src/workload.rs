@@ -78,8 +78,12 @@ impl Worker {
         Instant::now() < self.ctx.deadline && !self.ctx.rec.full()
     }
 
+    fn endpoint(&self) -> &str {
+        &self.ctx.endpoints[(self.node - 1) as usize]
+    }
+
     fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.ctx.endpoints[(self.node - 1) as usize])
+        format!("{}{path}", self.endpoint())
     }
 
     fn request_id(&mut self) -> String {
@@ -160,28 +164,8 @@ pub async fn register_worker(ctx: WorkerCtx, index: u64, seed: u64) {
         let path = format!("/v1/kv/{key}");
         let roll: f64 = w.rng.gen();
         let failed = if roll < 0.5 {
-            let op = OpValue::Read {
-                key: key.clone(),
-                value: None,
-            };
-            w.invoke(&op);
-            let mut a = w
-                .send(reqwest::Method::GET, &path, None, Effect::Read)
-                .await;
-            // `404 key_not_found` is a successful read of an absent key; anything unparsable
-            // is a failed read.
-            let value = parse_register(&a);
-            a.kind = if value.is_some() {
-                EventType::Ok
-            } else {
-                EventType::Fail
-            };
-            let done = OpValue::Read {
-                key,
-                value: value.flatten(),
-            };
-            w.complete(&a, done);
-            !a.is_ok()
+            let endpoint = w.endpoint().to_string();
+            read_register_at(&w.ctx.rec, &w.ctx.http, &endpoint, w.process, w.node, &key).await
         } else if roll < 0.75 {
             let value = w.rng.gen_range(0..REGISTER_VALUES);
             let op = OpValue::Write { key, value };
@@ -258,31 +242,11 @@ pub async fn counter_worker(ctx: WorkerCtx, index: u64, seed: u64) {
             w.complete(&a, done);
             !a.is_ok()
         } else {
-            read_counter(&mut w, &path).await
+            let endpoint = w.endpoint().to_string();
+            read_counter_at(&w.ctx.rec, &w.ctx.http, &endpoint, w.process, w.node).await
         };
         w.think(failed).await;
     }
-}
-
-async fn read_counter(w: &mut Worker, path: &str) -> bool {
-    let op = OpValue::CounterRead {
-        counter: COUNTER.into(),
-        value: None,
-    };
-    w.invoke(&op);
-    let mut a = w.send(reqwest::Method::GET, path, None, Effect::Read).await;
-    let value = a.body["value"].as_i64();
-    if value.is_none() {
-        a.kind = EventType::Fail;
-    }
-    w.complete(
-        &a,
-        OpValue::CounterRead {
-            counter: COUNTER.into(),
-            value,
-        },
-    );
-    !a.is_ok()
 }
 
 /// Parses a set value ("3,17,42") into its elements.
@@ -466,18 +430,18 @@ pub async fn read_set_at(
 }
 
 async fn read_set(w: &mut Worker, lock: &str) -> bool {
-    let endpoint = w.ctx.endpoints[(w.node - 1) as usize].clone();
+    let endpoint = w.endpoint().to_string();
     read_set_at(&w.ctx.rec, &w.ctx.http, &endpoint, w.process, w.node, lock).await
 }
 
-/// The final counter read after the heal, recorded.
-pub async fn final_counter_read(
+/// A linearizable read of the counter through `endpoint`, recorded. Returns whether it failed.
+pub async fn read_counter_at(
     rec: &Recorder,
     http: &Http,
     endpoint: &str,
     process: u64,
     node: u64,
-) {
+) -> bool {
     let op = OpValue::CounterRead {
         counter: COUNTER.into(),
         value: None,
@@ -498,20 +462,22 @@ pub async fn final_counter_read(
         value,
     };
     rec.complete(process, node, kind, done, a.error.clone());
+    kind != EventType::Ok
 }
 
-/// The final read of register key `k` after the heal, recorded.
-pub async fn final_register_read(
+/// A linearizable read of register `key` through `endpoint`, recorded. `404 key_not_found` is
+/// a successful read of an absent key; anything unparsable is a failed read. Returns whether
+/// it failed.
+pub async fn read_register_at(
     rec: &Recorder,
     http: &Http,
     endpoint: &str,
     process: u64,
     node: u64,
-    k: u64,
-) {
-    let key = register_key(k);
+    key: &str,
+) -> bool {
     let op = OpValue::Read {
-        key: key.clone(),
+        key: key.to_string(),
         value: None,
     };
     rec.invoke(process, node, &op);
@@ -523,11 +489,10 @@ pub async fn final_register_read(
         Some(v) => (EventType::Ok, v),
         None => (EventType::Fail, None),
     };
-    rec.complete(
-        process,
-        node,
-        kind,
-        OpValue::Read { key, value },
-        a.error.clone(),
-    );
+    let done = OpValue::Read {
+        key: key.to_string(),
+        value,
+    };
+    rec.complete(process, node, kind, done, a.error.clone());
+    kind != EventType::Ok
 }
