@@ -54,11 +54,41 @@ pub struct Cluster {
     root: tempfile::TempDir,
     secret: String,
     http: reqwest::Client,
+    /// Applied to every node's arguments.
+    tweak: fn(&mut ServeArgs),
 }
 
 impl Cluster {
     /// Starts `n` nodes that form a new cluster, and waits for a leader.
     pub async fn start(n: u64) -> anyhow::Result<Cluster> {
+        Cluster::start_seeded(n, |_, _, _| async { Ok(()) }).await
+    }
+
+    /// Like [`Cluster::start`], with `tweak` applied to every node's arguments (now and on
+    /// every later start).
+    pub async fn start_with(n: u64, tweak: fn(&mut ServeArgs)) -> anyhow::Result<Cluster> {
+        Cluster::start_full(n, tweak, |_, _, _| async { Ok(()) }).await
+    }
+
+    /// Like [`Cluster::start`], but first lets `seed` fill each node's data dir, given its id,
+    /// its dir and every node's address (restore tests seed them from a backup).
+    pub async fn start_seeded<F, Fut>(n: u64, seed: F) -> anyhow::Result<Cluster>
+    where
+        F: FnMut(u64, PathBuf, BTreeMap<u64, SocketAddr>) -> Fut,
+        Fut: Future<Output = anyhow::Result<()>>,
+    {
+        Cluster::start_full(n, |_| {}, seed).await
+    }
+
+    async fn start_full<F, Fut>(
+        n: u64,
+        tweak: fn(&mut ServeArgs),
+        mut seed: F,
+    ) -> anyhow::Result<Cluster>
+    where
+        F: FnMut(u64, PathBuf, BTreeMap<u64, SocketAddr>) -> Fut,
+        Fut: Future<Output = anyhow::Result<()>>,
+    {
         init_logging();
         let mut listeners = BTreeMap::new();
         for id in 1..=n {
@@ -80,7 +110,11 @@ impl Cluster {
             root: tempfile::tempdir()?,
             secret: "test-cluster-secret".into(),
             http,
+            tweak,
         };
+        for id in 1..=n {
+            seed(id, c.data_dir(id), c.addrs.clone()).await?;
+        }
         for (id, l) in listeners {
             c.start_on(id, l, InitialClusterState::New).await?;
         }
@@ -88,12 +122,23 @@ impl Cluster {
         Ok(c)
     }
 
+    /// Starts a new node (the next free id) on an empty data dir with
+    /// `--initial-cluster-state existing`: it waits until it is added through membership.
+    pub async fn add_node(&mut self) -> anyhow::Result<u64> {
+        let id = self.addrs.keys().max().map_or(1, |m| m + 1);
+        let l = TcpListener::bind("127.0.0.1:0").await?;
+        self.addrs.insert(id, l.local_addr()?);
+        self.faults.insert(id, Faults::default());
+        self.start_on(id, l, InitialClusterState::Existing).await?;
+        Ok(id)
+    }
+
     pub fn data_dir(&self, id: u64) -> PathBuf {
         self.root.path().join(format!("node-{id}"))
     }
 
     fn args(&self, id: u64, state: InitialClusterState) -> ServeArgs {
-        ServeArgs {
+        let mut args = ServeArgs {
             id: Some(id),
             listen: Some(self.addrs[&id]),
             data_dir: Some(self.data_dir(id)),
@@ -103,7 +148,9 @@ impl Cluster {
             enable_test_hooks: true,
             check_invariants: true,
             ..ServeArgs::default()
-        }
+        };
+        (self.tweak)(&mut args);
+        args
     }
 
     async fn start_on(
@@ -214,6 +261,18 @@ impl Cluster {
             serde_json::from_str(&text).map_err(|e| anyhow!("non-JSON body {text:?}: {e}"))?
         };
         Ok((status, v))
+    }
+
+    /// A GET whose answer is not JSON (a backup file): the status and the raw body.
+    pub async fn get_bytes(&self, id: u64, path: &str) -> anyhow::Result<(u16, Vec<u8>)> {
+        let resp = self
+            .http
+            .get(self.url(id, path))
+            .send()
+            .await
+            .with_context(|| format!("{path} on node {id}"))?;
+        let status = resp.status().as_u16();
+        Ok((status, resp.bytes().await?.to_vec()))
     }
 
     pub async fn get(&self, id: u64, path: &str) -> anyhow::Result<(u16, Value)> {

@@ -9,6 +9,7 @@
 //!   deadline. The server applies it at most once.
 //! - [`Error`] (`error.rs`): one variant per server code; [`Error::Indeterminate`] is the
 //!   outcome-unknown answer, never folded into a failure.
+//! - `admin.rs`: operator calls on [`Client`]: membership, snapshots, backups.
 //! - [`Watch`] (`watch.rs`, `sse.rs`): a server-sent-events stream that resumes by itself with
 //!   `Last-Event-ID`.
 //! - [`Session`] (`session.rs`, `keepalive.rs`), [`Lost`] (`lost.rs`) and [`LockGuard`]
@@ -32,6 +33,7 @@
 //! # Ok(()) }
 //! ```
 
+mod admin;
 mod client;
 mod endpoints;
 mod error;
@@ -44,6 +46,7 @@ mod sse;
 mod types;
 mod watch;
 
+pub use admin::{Members, SnapshotTaken};
 pub use client::{
     Client, ClientConfig, CONNECT_TIMEOUT_MS_DEFAULT, REQUEST_TIMEOUT_MS_DEFAULT,
     RETRY_BUDGET_MS_DEFAULT,

@@ -73,6 +73,12 @@ impl<T> Prepared<T> {
         p
     }
 
+    /// An operator call (membership, snapshot) without a `request_id`: a resend of a change
+    /// that went through is refused with a message saying so.
+    pub(crate) fn admin(method: Method, path: String, body: Option<Value>) -> Prepared<T> {
+        Prepared::new(method, path, body, true)
+    }
+
     /// A write without a `request_id` (keepalive: repeating it is harmless).
     pub(crate) fn idempotent_write(method: Method, path: String) -> Prepared<T> {
         Prepared::new(method, path, None, true)
@@ -147,11 +153,31 @@ impl Client {
         req: &Prepared<T>,
         deadline: Instant,
     ) -> Result<T, Error> {
+        self.retry_until(req, deadline, decode_json).await
+    }
+
+    /// Sends a request whose answer is raw bytes (a backup), with the same retries.
+    pub(crate) async fn send_bytes(&self, req: &Prepared<Vec<u8>>) -> Result<Vec<u8>, Error> {
+        let deadline = Instant::now() + self.config.retry_budget + req.server_wait;
+        self.retry_until(req, deadline, |_, bytes| Ok(bytes.to_vec()))
+            .await
+    }
+
+    /// The retry loop: one attempt after another, each answer decoded by `decode`.
+    async fn retry_until<T, D>(
+        &self,
+        req: &Prepared<T>,
+        deadline: Instant,
+        decode: D,
+    ) -> Result<T, Error>
+    where
+        D: Fn(&str, &[u8]) -> Result<T, Error>,
+    {
         let mut backoff = Backoff::new();
         let mut uncertain = false;
         loop {
             let timeout = self.attempt_timeout(req, deadline);
-            let failure = match self.send_once(req, timeout).await {
+            let failure = match self.send_once_with(req, timeout, &decode).await {
                 Ok(v) => return Ok(v),
                 Err(f) => f,
             };
@@ -182,6 +208,18 @@ impl Client {
         req: &Prepared<T>,
         timeout: Duration,
     ) -> Result<T, Failure> {
+        self.send_once_with(req, timeout, decode_json).await
+    }
+
+    async fn send_once_with<T, D>(
+        &self,
+        req: &Prepared<T>,
+        timeout: Duration,
+        decode: D,
+    ) -> Result<T, Failure>
+    where
+        D: Fn(&str, &[u8]) -> Result<T, Error>,
+    {
         let (i, base) = self.endpoints.current();
         let url = format!("{base}{}", req.path);
         let result = self.attempt(&url, req, timeout).await;
@@ -189,20 +227,16 @@ impl Client {
             Err(f) if f.retry != Retry::No => self.endpoints.failed(i),
             _ => self.endpoints.answered(i),
         }
-        let value = result?;
-        serde_json::from_value(value).map_err(|e| {
-            Failure::from(Error::Protocol {
-                message: format!("unexpected answer from {url}: {e}"),
-            })
-        })
+        Ok(decode(&url, &result?)?)
     }
 
+    /// One HTTP exchange: the body of a 2xx answer, or the refusal.
     async fn attempt<T>(
         &self,
         url: &str,
         req: &Prepared<T>,
         timeout: Duration,
-    ) -> Result<Value, Failure> {
+    ) -> Result<bytes::Bytes, Failure> {
         let mut rb = self.http.request(req.method.clone(), url).timeout(timeout);
         if let Some(body) = &req.body {
             rb = rb.json(body);
@@ -211,17 +245,24 @@ impl Client {
         let status = resp.status().as_u16();
         let bytes = resp.bytes().await.map_err(|e| transport(url, &e))?;
         if (200..300).contains(&status) {
-            if bytes.is_empty() {
-                return Ok(Value::Null);
-            }
-            return serde_json::from_slice(&bytes).map_err(|e| {
-                Failure::from(Error::Protocol {
-                    message: format!("non-JSON answer from {url}: {e}"),
-                })
-            });
+            return Ok(bytes);
         }
         Err(refusal(url, status, &bytes).into())
     }
+}
+
+/// Decodes a JSON answer (an empty body reads as `null`).
+fn decode_json<T: DeserializeOwned>(url: &str, bytes: &[u8]) -> Result<T, Error> {
+    let value: Value = if bytes.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_slice(bytes).map_err(|e| Error::Protocol {
+            message: format!("non-JSON answer from {url}: {e}"),
+        })?
+    };
+    serde_json::from_value(value).map_err(|e| Error::Protocol {
+        message: format!("unexpected answer from {url}: {e}"),
+    })
 }
 
 /// A transport error: a failed connect cannot have delivered the request; anything later may

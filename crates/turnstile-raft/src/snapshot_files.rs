@@ -10,7 +10,7 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
-use turnstile_core::codec;
+use turnstile_core::{codec, State};
 
 use crate::types::{LogId, StoredMembership};
 
@@ -31,6 +31,20 @@ pub struct SnapshotFile {
 }
 
 impl SnapshotFile {
+    /// The snapshot of `state` after applying `last_log_id`.
+    pub fn of(
+        state: &State,
+        last_log_id: Option<LogId>,
+        last_membership: StoredMembership,
+    ) -> io::Result<SnapshotFile> {
+        Ok(SnapshotFile {
+            format: SNAPSHOT_FORMAT_VERSION,
+            last_log_id,
+            last_membership,
+            state: codec::encode_state(state).map_err(io::Error::other)?,
+        })
+    }
+
     pub fn encode(&self) -> io::Result<Vec<u8>> {
         codec::encode(self).map_err(io::Error::other)
     }

@@ -15,7 +15,7 @@ use openraft::storage::{EntryResponder, RaftStateMachine};
 use openraft::{EntryPayload, RaftSnapshotBuilder};
 use turnstile_core::{codec, Notice, Outcome, Response, State};
 
-use crate::snapshot_files::{SnapshotDir, SnapshotFile, SNAPSHOT_FORMAT_VERSION};
+use crate::snapshot_files::{SnapshotDir, SnapshotFile};
 use crate::types::{
     term_of, LogId, Snapshot, SnapshotData, SnapshotMeta, StoredMembership, TypeConfig,
 };
@@ -26,6 +26,17 @@ pub struct SmInner {
     pub state: State,
     pub last_applied: Option<LogId>,
     pub last_membership: StoredMembership,
+}
+
+impl SmInner {
+    /// A copy of what a snapshot holds, so it can be encoded after the lock is released.
+    pub fn copy_out(&self) -> (State, Option<LogId>, StoredMembership) {
+        (
+            self.state.clone(),
+            self.last_applied,
+            self.last_membership.clone(),
+        )
+    }
 }
 
 /// A read handle to the applied state, shared with the HTTP layer.
@@ -227,20 +238,8 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
     type SnapshotData = SnapshotData;
 
     async fn build_snapshot(&mut self) -> io::Result<Snapshot> {
-        let (state, last_log_id, last_membership) = {
-            let inner = self.shared.read();
-            (
-                inner.state.clone(),
-                inner.last_applied,
-                inner.last_membership.clone(),
-            )
-        };
-        let file = SnapshotFile {
-            format: SNAPSHOT_FORMAT_VERSION,
-            last_log_id,
-            last_membership: last_membership.clone(),
-            state: codec::encode_state(&state).map_err(io::Error::other)?,
-        };
+        let (state, last_log_id, last_membership) = self.shared.read().copy_out();
+        let file = SnapshotFile::of(&state, last_log_id, last_membership.clone())?;
         let bytes = file.encode()?;
         let index = last_log_id.as_ref().map_or(0, |l| l.index);
         let dir = self.snapshots.clone();

@@ -31,6 +31,8 @@ pub struct App {
     waiter_seq: std::sync::atomic::AtomicU64,
     /// Flips to true when the node starts shutting down: waits end early (`503`).
     pub stopping: tokio::sync::watch::Sender<bool>,
+    /// Set by a graceful stop: `/readyz` answers 503 so load balancers move away first.
+    pub draining: std::sync::atomic::AtomicBool,
     phase: RwLock<Phase>,
 }
 
@@ -63,6 +65,7 @@ impl App {
             waiters,
             waiter_seq: Default::default(),
             stopping: tokio::sync::watch::channel(false).0,
+            draining: Default::default(),
             phase: RwLock::new(phase),
         };
         app.raft.runtime_config().elect(phase.may_vote());

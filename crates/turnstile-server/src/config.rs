@@ -20,6 +20,12 @@ pub const TICK_MS_DEFAULT: u64 = 500;
 pub const REQUEST_TIMEOUT_MS_DEFAULT: u64 = 5_000;
 /// Default number of log entries between snapshots.
 pub const SNAPSHOT_LOGS_DEFAULT: u64 = 10_000;
+/// Entries kept in the log behind a snapshot, so a follower that is slightly behind catches
+/// up from the log instead of needing the whole snapshot.
+pub const SNAPSHOT_KEEP_LOGS_DEFAULT: u64 = 1_000;
+/// Upper bound of `snapshot-logs` and `snapshot-keep-logs`: beyond it the log on disk grows
+/// without bound in practice.
+pub const SNAPSHOT_LOGS_MAX: u64 = 10_000_000;
 /// Default interval of the leader's deadlock check.
 pub const DEADLOCK_CHECK_MS_DEFAULT: u64 = 200;
 
@@ -91,8 +97,12 @@ pub struct ServeArgs {
     pub tick_ms: Option<u64>,
     #[arg(long, env = "TURNSTILE_REQUEST_TIMEOUT_MS")]
     pub request_timeout_ms: Option<u64>,
+    /// Take a snapshot after this many entries since the last one.
     #[arg(long, env = "TURNSTILE_SNAPSHOT_LOGS")]
     pub snapshot_logs: Option<u64>,
+    /// Entries kept in the log behind a snapshot (for followers slightly behind).
+    #[arg(long, env = "TURNSTILE_SNAPSHOT_KEEP_LOGS")]
+    pub snapshot_keep_logs: Option<u64>,
     /// How often the leader looks for deadlocks among queued waiters.
     #[arg(long, env = "TURNSTILE_DEADLOCK_CHECK_MS")]
     pub deadlock_check_ms: Option<u64>,
@@ -123,6 +133,7 @@ struct FileConfig {
     tick_ms: Option<u64>,
     request_timeout_ms: Option<u64>,
     snapshot_logs: Option<u64>,
+    snapshot_keep_logs: Option<u64>,
     deadlock_check_ms: Option<u64>,
     deadlock_victim: Option<DeadlockVictim>,
 }
@@ -142,6 +153,7 @@ pub struct NodeConfig {
     pub tick_ms: u64,
     pub request_timeout_ms: u64,
     pub snapshot_logs: u64,
+    pub snapshot_keep_logs: u64,
     pub deadlock_check_ms: u64,
     pub deadlock_victim: DeadlockVictim,
     pub enable_test_hooks: bool,
@@ -224,6 +236,10 @@ impl ServeArgs {
                 .snapshot_logs
                 .or(file.snapshot_logs)
                 .unwrap_or(SNAPSHOT_LOGS_DEFAULT),
+            snapshot_keep_logs: self
+                .snapshot_keep_logs
+                .or(file.snapshot_keep_logs)
+                .unwrap_or(SNAPSHOT_KEEP_LOGS_DEFAULT),
             deadlock_check_ms: self
                 .deadlock_check_ms
                 .or(file.deadlock_check_ms)
@@ -310,8 +326,15 @@ impl NodeConfig {
         if !(10..=60_000).contains(&self.deadlock_check_ms) {
             return invalid("deadlock-check-ms must be within 10..=60000".into());
         }
-        if self.snapshot_logs < 100 {
-            return invalid("snapshot-logs must be at least 100".into());
+        if !(100..=SNAPSHOT_LOGS_MAX).contains(&self.snapshot_logs) {
+            return invalid(format!(
+                "snapshot-logs must be within 100..={SNAPSHOT_LOGS_MAX}"
+            ));
+        }
+        if self.snapshot_keep_logs > SNAPSHOT_LOGS_MAX {
+            return invalid(format!(
+                "snapshot-keep-logs must be at most {SNAPSHOT_LOGS_MAX}"
+            ));
         }
         Ok(())
     }

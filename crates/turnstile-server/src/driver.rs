@@ -8,7 +8,6 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rand::RngCore;
 use tokio::sync::watch;
 use turnstile_core::{limits, Command};
 
@@ -63,10 +62,9 @@ async fn leader_step(app: &App, last_entry: Instant) -> Option<bool> {
     };
     let now_ms = app.clock.now_ms(app.term(), sm_time_ms);
     let command = if !has_cluster_id {
-        let mut bytes = [0u8; 16];
-        rand::thread_rng().fill_bytes(&mut bytes);
-        let cluster_id: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-        Command::InitCluster { cluster_id }
+        Command::InitCluster {
+            cluster_id: crate::backup::new_cluster_id(),
+        }
     } else {
         let due = app
             .sm

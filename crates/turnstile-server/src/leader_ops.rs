@@ -1,29 +1,22 @@
-//! What the leader does with a routed request: stamp and propose a write, serve a
-//! linearizable read after a ReadIndex round, or change membership.
+//! What the leader does with a routed request: stamp and propose a write, or serve a
+//! linearizable read after a ReadIndex round. Membership changes are in `membership.rs`.
 
-use openraft::async_runtime::WatchReceiver;
-use std::collections::BTreeSet;
 use std::time::Duration;
 
 use openraft::errors::{ClientWriteError, ForwardReason, LinearizableReadError, RaftError};
-use openraft::{BasicNode, ChangeMembers, ReadPolicy};
+use openraft::ReadPolicy;
 use turnstile_core::Envelope;
 
 use crate::app::App;
-use crate::proto::{MemberOp, ProposeRequest, Proposed, ReadAnswer, ReadQuery, RouteError};
+use crate::proto::{ProposeRequest, Proposed, ReadAnswer, ReadQuery, RouteError};
 use crate::views::{CounterView, FenceView, KeyView, LeaseView, LockView};
-
-/// Path on the node being admitted as a voter.
-pub const ADMIT_PATH: &str = "/raft/admit";
-/// Path on the node about to be added as a learner.
-pub const PREPARE_JOIN_PATH: &str = "/raft/prepare-join";
 
 type WriteError = RaftError<
     turnstile_raft::types::TypeConfig,
     ClientWriteError<turnstile_raft::types::TypeConfig>,
 >;
 
-fn route_error(e: WriteError) -> RouteError {
+pub(crate) fn route_error(e: WriteError) -> RouteError {
     match e {
         RaftError::APIError(ClientWriteError::ForwardToLeader(f))
             if f.reason == ForwardReason::LeaseExpired =>
@@ -89,6 +82,13 @@ impl App {
     /// Confirms leadership with a quorum (ReadIndex, never a clock-based lease), waits for the
     /// state machine to reach the read index, then reads.
     pub(crate) async fn read_local(&self, query: &ReadQuery) -> Result<ReadAnswer, RouteError> {
+        self.read_barrier().await?;
+        Ok(self.answer_locally(query))
+    }
+
+    /// The ReadIndex round of a linearizable read: after it, this leader's applied state holds
+    /// every write acknowledged before the call.
+    pub(crate) async fn read_barrier(&self) -> Result<(), RouteError> {
         let timeout = Duration::from_millis(self.cfg.no_quorum_after_ms());
         match tokio::time::timeout(
             timeout,
@@ -96,23 +96,20 @@ impl App {
         )
         .await
         {
-            Err(_elapsed) => return Err(RouteError::NoQuorum),
+            Err(_elapsed) => Err(RouteError::NoQuorum),
             Ok(Err(RaftError::APIError(LinearizableReadError::ForwardToLeader(f)))) => {
-                return Err(RouteError::NotLeader {
+                Err(RouteError::NotLeader {
                     leader_id: f.leader_id,
                 })
             }
             Ok(Err(RaftError::APIError(LinearizableReadError::QuorumNotEnough(_)))) => {
-                return Err(RouteError::NoQuorum)
+                Err(RouteError::NoQuorum)
             }
-            Ok(Err(RaftError::Fatal(f))) => {
-                return Err(RouteError::Unavailable {
-                    reason: f.to_string(),
-                })
-            }
-            Ok(Ok(_)) => {}
+            Ok(Err(RaftError::Fatal(f))) => Err(RouteError::Unavailable {
+                reason: f.to_string(),
+            }),
+            Ok(Ok(_)) => Ok(()),
         }
-        Ok(self.answer_locally(query))
     }
 
     /// Answers a read from this node's applied state. Linearizable only after ReadIndex.
@@ -132,103 +129,5 @@ impl App {
                 ReadAnswer::Fence(FenceView::of(state, name, *token))
             }
         }
-    }
-
-    /// [`App::member_local`] with a deadline; past it the change's outcome is unknown.
-    pub(crate) async fn member_bounded(
-        &self,
-        op: &MemberOp,
-        timeout_ms: u64,
-    ) -> Result<Result<(), String>, RouteError> {
-        let change = self.member_local(op);
-        let deadline = Duration::from_millis(timeout_ms);
-        tokio::time::timeout(deadline, change)
-            .await
-            .unwrap_or(Err(RouteError::Indeterminate))
-    }
-
-    /// Executes a membership change on the leader. The inner `Err` is a definite refusal
-    /// (nothing changed), with the reason.
-    pub(crate) async fn member_local(
-        &self,
-        op: &MemberOp,
-    ) -> Result<Result<(), String>, RouteError> {
-        if !self.is_leader() {
-            return Err(RouteError::NotLeader {
-                leader_id: self.current_leader(),
-            });
-        }
-        let refused = |reason: String| Ok(Err(reason));
-        let membership = self
-            .raft
-            .metrics()
-            .borrow_watched()
-            .membership_config
-            .membership()
-            .clone();
-        let voters: BTreeSet<u64> = membership.voter_ids().collect();
-        match op {
-            MemberOp::AddLearner { node_id, addr } => {
-                if membership.get_node(node_id).is_some() {
-                    return refused(format!(
-                        "node {node_id} is already a member; remove it first"
-                    ));
-                }
-                if let Err(reason) = self.tell_node(*node_id, addr, PREPARE_JOIN_PATH).await {
-                    return refused(reason);
-                }
-                let node = BasicNode { addr: addr.clone() };
-                self.raft
-                    .add_learner(*node_id, node, true)
-                    .await
-                    .map_err(route_error)?;
-            }
-            MemberOp::Promote { node_id } => {
-                let Some(node) = membership.get_node(node_id) else {
-                    return refused(format!("node {node_id} is not a learner; add it first"));
-                };
-                if voters.contains(node_id) {
-                    return refused(format!("node {node_id} is already a voter"));
-                }
-                if let Err(reason) = self.tell_node(*node_id, &node.addr, ADMIT_PATH).await {
-                    return refused(reason);
-                }
-                let change = ChangeMembers::AddVoterIds(BTreeSet::from([*node_id]));
-                self.raft
-                    .change_membership(change, false)
-                    .await
-                    .map_err(route_error)?;
-            }
-            MemberOp::Remove { node_id } => {
-                if *node_id == self.node_id() {
-                    return refused("cannot remove the current leader; remove it from another node after a leader change".into());
-                }
-                if membership.get_node(node_id).is_none() {
-                    return refused(format!("node {node_id} is not a member"));
-                }
-                if voters.contains(node_id) && voters.len() <= 1 {
-                    return refused("cannot remove the last voter".into());
-                }
-                let change = if voters.contains(node_id) {
-                    ChangeMembers::RemoveVoters(BTreeSet::from([*node_id]))
-                } else {
-                    ChangeMembers::RemoveNodes(BTreeSet::from([*node_id]))
-                };
-                self.raft
-                    .change_membership(change, false)
-                    .await
-                    .map_err(route_error)?;
-            }
-        }
-        Ok(Ok(()))
-    }
-
-    /// Tells a joining node it may accept entries (`PREPARE_JOIN_PATH`) or vote (`ADMIT_PATH`).
-    async fn tell_node(&self, node_id: u64, addr: &str, path: &str) -> Result<(), String> {
-        let timeout = Duration::from_millis(self.cfg.request_timeout_ms);
-        self.peers
-            .rpc::<(), ()>(node_id, addr, path, &(), timeout)
-            .await
-            .map_err(|e| format!("node {node_id} refused {path}: {e}"))
     }
 }

@@ -6,23 +6,28 @@
 //! - [`identity`]: the data dir's identity file and the join [`identity::Phase`].
 //! - [`node`]: starting and stopping a node ([`node::start`], [`node::RunningNode`]).
 //! - [`app`]: the shared context; [`routing`] gets requests to the leader; [`leader_ops`] is
-//!   what the leader does with them.
+//!   what the leader does with them; [`membership`]: adding, promoting and removing nodes.
 //! - [`api`]: client HTTP handlers; [`peer_api`]: `/raft/*` handlers; [`error`]: the one
 //!   error-to-HTTP mapping; [`views`]: read models; [`proto`]: node-to-node messages.
+//! - [`backup`]: backup files and restoring a new cluster from one.
+//! - [`drain`]: the graceful stop's leader hand-over.
 //! - [`driver`]: leader ticks, expiry, cluster id; [`bootstrap`]: forming a new cluster.
 //! - [`clock`]: the leader's monotonic `sm_time` source; [`waiters`]: queued acquires held
 //!   by this node.
 
 pub mod api;
 pub mod app;
+pub mod backup;
 pub mod bootstrap;
 pub mod bugs;
 pub mod clock;
 pub mod config;
+pub mod drain;
 pub mod driver;
 pub mod error;
 pub mod identity;
 pub mod leader_ops;
+pub mod membership;
 pub mod node;
 pub mod peer_api;
 pub mod proto;

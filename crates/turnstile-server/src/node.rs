@@ -5,6 +5,7 @@
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::{Arc, RwLock};
+use std::time::Duration;
 
 use openraft::{Config, SnapshotPolicy};
 use tokio::net::TcpListener;
@@ -25,6 +26,9 @@ use crate::{api, bootstrap, driver, peer_api};
 pub const LOG_DIR: &str = "raft-log";
 /// Subdirectory of snapshot files.
 pub const SNAPSHOT_DIR: &str = "snapshots";
+
+/// Beyond the request timeout, how long shutdown waits for requests in flight.
+const IN_FLIGHT_MS_MARGIN: u64 = 1_000;
 
 /// Why a node could not start.
 #[derive(Debug, thiserror::Error)]
@@ -72,10 +76,23 @@ impl RunningNode {
         self.app.peers.faults()
     }
 
+    /// Graceful stop, step one: see [`crate::drain`]. Follow it with [`RunningNode::shutdown`].
+    pub async fn drain(&self) -> crate::drain::Drained {
+        self.app.drain().await
+    }
+
     /// Stops serving, stops Raft and the drivers, and waits until the data dir is released.
-    pub async fn shutdown(self) {
+    /// The listener closes first and requests in flight are answered (waits and watches on
+    /// this node end with a resumable answer) before Raft stops, within a bound.
+    pub async fn shutdown(mut self) {
         let _ = self.stop.send(true);
         self.app.stopping.send_replace(true);
+        let server = self.tasks.remove(0);
+        let in_flight =
+            Duration::from_millis(self.app.cfg.request_timeout_ms + IN_FLIGHT_MS_MARGIN);
+        if tokio::time::timeout(in_flight, server).await.is_err() {
+            tracing::warn!("requests still in flight at shutdown; stopping anyway");
+        }
         if let Err(e) = self.app.raft.shutdown().await {
             tracing::warn!(error = %e, "raft shutdown");
         }
@@ -161,6 +178,7 @@ pub async fn start(
             tracing::error!(error = %e, "http server failed");
         }
     });
+    // The server task comes first: `shutdown` waits for it before stopping Raft.
     let tasks = vec![
         server,
         tokio::spawn(driver::run(app.clone(), stop_rx.clone())),
@@ -182,7 +200,7 @@ fn raft_config(cfg: &NodeConfig) -> Result<Config, StartError> {
         election_timeout_min: cfg.election_timeout_ms_min,
         election_timeout_max: cfg.election_timeout_ms_max,
         snapshot_policy: SnapshotPolicy::LogsSinceLast(cfg.snapshot_logs),
-        max_in_snapshot_log_to_keep: 1_000,
+        max_in_snapshot_log_to_keep: cfg.snapshot_keep_logs,
         purge_batch_size: 256,
         install_snapshot_timeout: 10_000,
         ..Default::default()

@@ -22,7 +22,7 @@ use turnstile_raft::types::Snapshot;
 
 use crate::app::App;
 use crate::identity::Phase;
-use crate::leader_ops::{ADMIT_PATH, PREPARE_JOIN_PATH};
+use crate::membership::{ADMIT_PATH, PREPARE_JOIN_PATH};
 use crate::proto::{MemberOp, ProposeRequest, ReadQuery, MEMBER_PATH, PROPOSE_PATH, READ_PATH};
 
 /// Path answering who this node is; used by cluster formation and start-up checks.

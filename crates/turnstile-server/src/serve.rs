@@ -1,4 +1,5 @@
-//! `serve`: run one node from its arguments until SIGINT or SIGTERM. Shared by `turnstile
+//! `serve`: run one node from its arguments until SIGINT or SIGTERM, then drain (hand
+//! leadership over) and stop. Shared by `turnstile
 //! serve` and the chaos harness's node processes, so the harness runs exactly this code.
 
 use anyhow::Context;
@@ -16,7 +17,9 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .await
         .context("node failed to start")?;
     wait_for_signal().await;
-    tracing::info!("signal received; stopping");
+    tracing::info!("signal received; draining");
+    let drained = node.drain().await;
+    tracing::info!(handed_to = ?drained.handed_to, handover_ms = ?drained.handover_ms, "drained; stopping");
     node.shutdown().await;
     Ok(())
 }

@@ -141,7 +141,7 @@ pub struct WatchArgs {
     from_revision: u64,
 }
 
-fn print_json<T: Serialize>(v: &T) -> anyhow::Result<()> {
+pub fn print_json<T: Serialize>(v: &T) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
     serde_json::to_writer(&mut out, v)?;
     writeln!(out)?;

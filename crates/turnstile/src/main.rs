@@ -1,6 +1,7 @@
 //! The `turnstile` binary: `serve` runs one node, `dev` runs a local cluster in the
-//! foreground, and the client commands (`lock`, `kv`, `lease`, `locks`, `watch`, `status`,
-//! in `client_cmd.rs` and `lock_cmd.rs`) talk to a cluster through `turnstile-client`.
+//! foreground, the client commands (`lock`, `kv`, `lease`, `locks`, `watch`, `status`,
+//! in `client_cmd.rs` and `lock_cmd.rs`) and the operator commands (`member`, `snapshot`,
+//! `backup`, `restore`, in `admin_cmd.rs`) talk to a cluster through `turnstile-client`.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -8,6 +9,7 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand, ValueEnum};
 use turnstile_server::config::ServeArgs;
 
+mod admin_cmd;
 mod client_cmd;
 mod dev;
 mod duration_arg;
@@ -58,6 +60,15 @@ enum Cmd {
     Watch(client_cmd::WatchArgs),
     /// Show the cluster as the answering node sees it.
     Status,
+    /// List, add, promote and remove cluster members.
+    #[command(subcommand)]
+    Member(admin_cmd::MemberCmd),
+    /// Make every node in --endpoints write a snapshot now and compact its log.
+    Snapshot,
+    /// Write a consistent backup of the cluster's state to a file.
+    Backup(admin_cmd::BackupArgs),
+    /// Seed a new node's empty data dir from a backup, for a new cluster (offline).
+    Restore(admin_cmd::RestoreArgs),
 }
 
 fn init_logging(format: LogFormat) {
@@ -86,6 +97,10 @@ async fn main() -> anyhow::Result<()> {
         Cmd::Locks { name } => client_cmd::locks(client, &name).await,
         Cmd::Watch(args) => client_cmd::watch(client, args).await,
         Cmd::Status => client_cmd::status(client).await,
+        Cmd::Member(cmd) => admin_cmd::member(client, cmd).await,
+        Cmd::Snapshot => admin_cmd::snapshot(client).await,
+        Cmd::Backup(args) => admin_cmd::backup(client, args).await,
+        Cmd::Restore(args) => admin_cmd::restore(client.json, args).await,
     };
     // Client commands report failures in one line, and exit with their own codes.
     let code = result.unwrap_or_else(|e| {

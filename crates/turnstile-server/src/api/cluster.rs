@@ -15,7 +15,7 @@ use crate::identity::Phase;
 
 pub async fn cluster(State(app): State<Arc<App>>) -> Json<Value> {
     let m = app.raft.metrics().borrow_watched().clone();
-    let members = crate::api::members::members_json(&m);
+    let members = crate::api::members::members_json(&app, &m);
     // Digest and applied index are read under one lock, so they describe the same state.
     let (cluster_id, applied_index, state_digest, sm_time_ms) = {
         let inner = app.sm.read();
@@ -42,6 +42,11 @@ pub async fn cluster(State(app): State<Arc<App>>) -> Json<Value> {
         "members": members,
         "last_snapshot_index": m.snapshot.map(|l| l.index),
         "log": {
+            "first_index": m.purged.map_or(0, |p| p.index) + 1,
+            "last_index": m.last_log_index,
+            "entries": m.last_log_index.map_or(0, |l| l.saturating_sub(m.purged.map_or(0, |p| p.index))),
+            "disk_bytes": dir_bytes(&app.cfg.data_dir.join(crate::node::LOG_DIR)),
+            "snapshot_disk_bytes": dir_bytes(&app.cfg.data_dir.join(crate::node::SNAPSHOT_DIR)),
             "append_batches": log.append_batches,
             "entries_appended": log.entries_appended,
             "fdatasyncs": log.fdatasyncs,
@@ -49,6 +54,22 @@ pub async fn cluster(State(app): State<Arc<App>>) -> Json<Value> {
         },
         "fenced_rejections": app.stats.fenced_rejections.load(Ordering::Relaxed),
     }))
+}
+
+/// Bytes of the files under `dir`, recursively; 0 if unreadable. sled's and the snapshot dir
+/// hold a handful of files, so this is a few `stat`s: cheap enough for a status call.
+pub fn dir_bytes(dir: &std::path::Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .filter_map(Result::ok)
+        .map(|e| match e.metadata() {
+            Ok(m) if m.is_dir() => dir_bytes(&e.path()),
+            Ok(m) => m.len(),
+            Err(_) => 0,
+        })
+        .sum()
 }
 
 pub async fn healthz() -> Json<Value> {
@@ -60,7 +81,8 @@ pub async fn readyz(State(app): State<Arc<App>>) -> (StatusCode, Json<Value>) {
     let leader = app.current_leader();
     // A grant must carry a cluster id, so a node is ready only once the cluster has one.
     let has_cluster_id = app.sm.read().state.cluster_id.is_some();
-    let ready = app.phase() == Phase::Member && leader.is_some() && has_cluster_id;
+    let draining = app.draining.load(Ordering::Relaxed);
+    let ready = app.phase() == Phase::Member && leader.is_some() && has_cluster_id && !draining;
     let status = if ready {
         StatusCode::OK
     } else {

@@ -16,19 +16,25 @@ use crate::error::ApiError;
 use crate::proto::{MemberOp, MEMBER_PATH};
 use turnstile_raft::types::RaftMetrics;
 
-/// Every member of the current membership as `{id, addr, voter}`.
-pub fn members_json(m: &RaftMetrics) -> Vec<Value> {
+/// Every member of the current membership as `{id, addr, voter, reachable}`. `reachable`
+/// (acknowledged the leader within a few heartbeats) is known only on the leader; elsewhere
+/// it is `null`.
+pub fn members_json(app: &App, m: &RaftMetrics) -> Vec<Value> {
     let membership = m.membership_config.membership();
     let voters: std::collections::BTreeSet<u64> = membership.voter_ids().collect();
+    let reachable = app.reachable_nodes();
     membership
         .nodes()
-        .map(|(id, node)| json!({"id": id, "addr": node.addr, "voter": voters.contains(id)}))
+        .map(|(id, node)| {
+            let up = reachable.as_ref().map(|r| r.contains(id));
+            json!({"id": id, "addr": node.addr, "voter": voters.contains(id), "reachable": up})
+        })
         .collect()
 }
 
 pub async fn list(State(app): State<Arc<App>>) -> Json<Value> {
     let m = app.raft.metrics().borrow_watched().clone();
-    Json(json!({"leader_id": m.current_leader, "members": members_json(&m)}))
+    Json(json!({"leader_id": m.current_leader, "members": members_json(&app, &m)}))
 }
 
 #[derive(Deserialize)]

@@ -14,6 +14,7 @@ use crate::app::App;
 use crate::error::ApiError;
 
 pub mod acquire;
+pub mod admin;
 pub mod cluster;
 pub mod counters;
 pub mod debug;
@@ -55,6 +56,8 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/v1/members", get(members::list).post(members::add))
         .route("/v1/members/{id}", axum::routing::delete(members::remove))
         .route("/v1/members/{id}/promote", post(members::promote))
+        .route("/v1/admin/snapshot", post(admin::snapshot))
+        .route("/v1/admin/backup", get(admin::backup))
         .route("/healthz", get(cluster::healthz))
         .route("/readyz", get(cluster::readyz))
         .route("/debug/clock", post(debug::set_clock))
