@@ -305,6 +305,48 @@ async fn grant(http: &reqwest::Client, endpoint: &str, lock: &str) -> anyhow::Re
     Ok(v)
 }
 
+/// Starts node `id`'s stopped container again (on its volume) and waits until it is a member
+/// of cluster `cluster_id` that has applied `index`.
+async fn restart_and_catch_up(
+    project: &Project,
+    http: &reqwest::Client,
+    id: u64,
+    index: u64,
+    cluster_id: &str,
+) -> anyhow::Result<()> {
+    let t = Instant::now();
+    project.run(&["start", service(id)])?;
+    // Docker chose a new host port for the new start.
+    let endpoint = project.endpoint(id)?;
+    wait_for("the restarted node to catch up", || async {
+        let (_, v) = call(http, &endpoint, "/v1/cluster", None).await.ok()?;
+        let caught_up = v["applied_index"].as_u64()? >= index;
+        (caught_up && v["cluster_id"] == cluster_id && v["phase"] == "member").then_some(())
+    })
+    .await?;
+    eprintln!(
+        "restarted node {id} caught up after {} ms",
+        t.elapsed().as_millis()
+    );
+    Ok(())
+}
+
+/// Stops every node with SIGTERM (`stop`) and checks each exited with status 0.
+fn stop_with_sigterm(project: &Project, ids: &[u64]) -> anyhow::Result<()> {
+    let t = Instant::now();
+    let containers: Vec<String> = ids
+        .iter()
+        .map(|&id| project.container(id))
+        .collect::<anyhow::Result<_>>()?;
+    project.run(&["stop"])?;
+    for c in &containers {
+        let code = run(Command::new("docker").args(["inspect", "-f", "{{.State.ExitCode}}", c]))?;
+        assert_eq!(code, "0", "container {c} exited with {code} after SIGTERM");
+    }
+    eprintln!("stopped with SIGTERM in {} ms", t.elapsed().as_millis());
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn compose_cluster_from_the_image_grants_locks_and_survives_leader_loss() -> anyhow::Result<()>
 {
@@ -318,7 +360,7 @@ async fn compose_cluster_from_the_image_grants_locks_and_survives_leader_loss() 
     let http = reqwest::Client::builder()
         .timeout(Duration::from_millis(REQUEST_TIMEOUT_MS))
         .build()?;
-    let mut eps = project.endpoints()?;
+    let eps = project.endpoints()?;
     let all: Vec<u64> = eps.keys().copied().collect();
     let (old_leader, old_term, cluster_id) = leader(&http, &eps, &all, 0).await?;
     eprintln!(
@@ -356,35 +398,8 @@ async fn compose_cluster_from_the_image_grants_locks_and_survives_leader_loss() 
     assert_eq!(code, 200, "{held}");
     assert_eq!(held["holders"][0]["token"], first_token, "{held}");
 
-    // The killed node starts again on its volume and catches up.
-    let t = Instant::now();
-    project.run(&["start", service(old_leader)])?;
-    eps.insert(old_leader, project.endpoint(old_leader)?);
-    let restarted = &eps[&old_leader];
-    wait_for("the restarted node to catch up", || async {
-        let (_, v) = call(&http, restarted, "/v1/cluster", None).await.ok()?;
-        let caught_up = v["applied_index"].as_u64()? >= second_token;
-        (caught_up && v["cluster_id"] == cluster_id.as_str() && v["phase"] == "member")
-            .then_some(())
-    })
-    .await?;
-    eprintln!(
-        "restarted node {old_leader} caught up after {} ms",
-        t.elapsed().as_millis()
-    );
-
-    // SIGTERM stops every node cleanly.
-    let t = Instant::now();
-    let containers: Vec<String> = all
-        .iter()
-        .map(|&id| project.container(id))
-        .collect::<anyhow::Result<_>>()?;
-    project.run(&["stop"])?;
-    for c in &containers {
-        let code = run(Command::new("docker").args(["inspect", "-f", "{{.State.ExitCode}}", c]))?;
-        assert_eq!(code, "0", "container {c} exited with {code} after SIGTERM");
-    }
-    eprintln!("stopped with SIGTERM in {} ms", t.elapsed().as_millis());
+    restart_and_catch_up(&project, &http, old_leader, second_token, &cluster_id).await?;
+    stop_with_sigterm(&project, &all)?;
 
     let name = project.name.clone();
     drop(project);
