@@ -15,6 +15,8 @@ use turnstile_raft::faults::Faults;
 use turnstile_server::config::{format_initial_cluster, InitialClusterState, ServeArgs};
 use turnstile_server::node::{self, RunningNode};
 
+pub mod load;
+
 /// How long any wait in the fixture may take before the test fails.
 pub const WAIT_MS_MAX: u64 = 20_000;
 

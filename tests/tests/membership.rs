@@ -4,176 +4,16 @@
 //! `state_digest` at the same `applied_index`. Also: a removal that would leave the voters
 //! without a reachable quorum is refused with a clear error, and nothing changes.
 
-use std::collections::BTreeMap;
-use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::{anyhow, bail};
 use serde_json::{json, Value};
+use turnstile_tests::load::{Endpoints, LockLoad};
 use turnstile_tests::{wait_for, Cluster};
 
 /// Lock-cycling clients during the membership changes.
 const WORKERS: u64 = 4;
-/// Upper bound on one worker's cycles, so the load stops by itself even if the test stalls.
-const CYCLES_MAX: u64 = 2_000;
-/// How long one request (with its retries over every endpoint) may take.
-const REQUEST_MS_MAX: u64 = 15_000;
-
-/// The nodes the workers may talk to; changed as members come and go.
-type Endpoints = Arc<RwLock<Vec<SocketAddr>>>;
-
-/// What the workers saw.
-#[derive(Default)]
-struct Tally {
-    grants: AtomicU64,
-    /// Highest token of a grant that has returned (for the real-time order check).
-    max_returned_token: AtomicU64,
-}
-
-/// Sends one request, moving over endpoints on transport errors and `503`s until it gets a
-/// definite answer. Returns `None` when the outcome stays unknown (`504`, or a failure after
-/// the request may have been sent).
-async fn send(
-    http: &reqwest::Client,
-    endpoints: &Endpoints,
-    path: &str,
-    body: &Value,
-) -> anyhow::Result<Option<(u16, Value)>> {
-    let deadline = Instant::now() + Duration::from_millis(REQUEST_MS_MAX);
-    let mut unknown = false;
-    for attempt in 0usize.. {
-        if Instant::now() > deadline {
-            if unknown {
-                return Ok(None);
-            }
-            bail!("{path}: no answer within {REQUEST_MS_MAX} ms");
-        }
-        let addrs = endpoints.read().map_err(|_| anyhow!("poisoned"))?.clone();
-        let addr = addrs[attempt % addrs.len()];
-        match http
-            .post(format!("http://{addr}{path}"))
-            .json(body)
-            .send()
-            .await
-        {
-            Ok(resp) => {
-                let code = resp.status().as_u16();
-                let v: Value = resp.json().await.unwrap_or(Value::Null);
-                match (code, v["code"].as_str()) {
-                    (503, Some("no_quorum" | "not_member")) => {}
-                    (503, Some("unavailable")) | (504, _) => unknown = true,
-                    (c, _) if c >= 500 => bail!("{path}: unexpected {c}: {v}"),
-                    _ => return Ok(Some((code, v))),
-                }
-            }
-            Err(e) if e.is_connect() => {}
-            Err(_) => unknown = true,
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    unreachable!("the loop only ends by returning")
-}
-
-/// One client: acquire a fresh lock, write its key through the fence, release. Returns the
-/// sequence number of the last write it knows was acknowledged.
-async fn worker(
-    w: u64,
-    endpoints: Endpoints,
-    stop: Arc<AtomicBool>,
-    tally: Arc<Tally>,
-) -> anyhow::Result<u64> {
-    let http = reqwest::Client::builder()
-        .no_proxy()
-        .timeout(Duration::from_secs(8))
-        .build()?;
-    let lease = match send(&http, &endpoints, "/v1/leases", &json!({"ttl_ms": 120_000})).await? {
-        Some((200, v)) => v["lease_id"].as_u64().ok_or_else(|| anyhow!("{v}"))?,
-        other => bail!("lease: {other:?}"),
-    };
-    let mut acked = 0;
-    for seq in 1..=CYCLES_MAX {
-        if stop.load(Ordering::Relaxed) {
-            break;
-        }
-        let lock = format!("m-{w}-{seq}");
-        let before = tally.max_returned_token.load(Ordering::SeqCst);
-        let body = json!({"lease_id": lease, "wait_ms": 0, "request_id": format!("acq-{w}-{seq}")});
-        let token = match send(
-            &http,
-            &endpoints,
-            &format!("/v1/locks/{lock}/acquire"),
-            &body,
-        )
-        .await?
-        {
-            Some((200, v)) => v["token"].as_u64().ok_or_else(|| anyhow!("{v}"))?,
-            None => continue,
-            other => bail!("worker {w} acquire {lock}: {other:?}"),
-        };
-        if token <= before {
-            bail!("token {token} of {lock} is not above {before}, a grant that returned before it was asked for");
-        }
-        tally.max_returned_token.fetch_max(token, Ordering::SeqCst);
-        tally.grants.fetch_add(1, Ordering::Relaxed);
-        // A grant lost in a membership change would make this fenced write fail.
-        let put = json!({"value": seq.to_string(), "fence": {"lock": lock, "token": token},
-                         "request_id": format!("put-{w}-{seq}")});
-        match send_put(&http, &endpoints, &format!("/v1/kv/k-{w}"), &put).await? {
-            Some(200) => acked = seq,
-            None => {}
-            Some(code) => bail!("worker {w}: fenced write under {lock} token {token} answered {code}: the grant was lost"),
-        }
-        let rel =
-            json!({"lease_id": lease, "token": token, "request_id": format!("rel-{w}-{seq}")});
-        match send(
-            &http,
-            &endpoints,
-            &format!("/v1/locks/{lock}/release"),
-            &rel,
-        )
-        .await?
-        {
-            Some((200, _)) | None => {}
-            other => bail!("worker {w} release {lock}: {other:?}"),
-        }
-    }
-    Ok(acked)
-}
-
-/// A PUT with the same endpoint rotation as [`send`].
-async fn send_put(
-    http: &reqwest::Client,
-    endpoints: &Endpoints,
-    path: &str,
-    body: &Value,
-) -> anyhow::Result<Option<u16>> {
-    for attempt in 0usize..(REQUEST_MS_MAX / 50) as usize {
-        let addrs = endpoints.read().map_err(|_| anyhow!("poisoned"))?.clone();
-        let addr = addrs[attempt % addrs.len()];
-        match http
-            .put(format!("http://{addr}{path}"))
-            .json(body)
-            .send()
-            .await
-        {
-            Ok(resp) => {
-                let code = resp.status().as_u16();
-                let v: Value = resp.json().await.unwrap_or(Value::Null);
-                match (code, v["code"].as_str()) {
-                    (503, Some("no_quorum" | "not_member")) => {}
-                    (503, Some("unavailable")) | (504, _) => return Ok(None),
-                    _ => return Ok(Some(code)),
-                }
-            }
-            Err(e) if e.is_connect() => {}
-            Err(_) => return Ok(None),
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    Ok(None)
-}
 
 fn member_ids(v: &Value, voter: bool) -> Vec<u64> {
     v["members"]
@@ -218,16 +58,8 @@ async fn grow_to_five_and_shrink_to_three_under_load() -> anyhow::Result<()> {
     // No log kept behind a snapshot: the new nodes must catch up from a snapshot.
     let mut c = Cluster::start_with(3, |a| a.snapshot_keep_logs = Some(0)).await?;
     let endpoints: Endpoints = Arc::new(RwLock::new(c.addrs.values().copied().collect()));
-    let stop = Arc::new(AtomicBool::new(false));
-    let tally = Arc::new(Tally::default());
-    let workers: Vec<_> = (1..=WORKERS)
-        .map(|w| tokio::spawn(worker(w, endpoints.clone(), stop.clone(), tally.clone())))
-        .collect();
-    let grants_at = |t: &Tally| t.grants.load(Ordering::Relaxed);
-    wait_for("the load to start", || async {
-        (grants_at(&tally) >= 20).then_some(())
-    })
-    .await?;
+    let load = LockLoad::start(endpoints.clone(), WORKERS);
+    load.wait_grants(20).await?;
 
     // Compact every log behind a fresh snapshot (the manual trigger).
     for id in c.running() {
@@ -255,11 +87,7 @@ async fn grow_to_five_and_shrink_to_three_under_load() -> anyhow::Result<()> {
     let leader = c.leader().await?;
     let (_, v) = c.get(leader, "/v1/members").await?;
     assert_eq!(member_ids(&v, true).len(), 5, "{v}");
-    let after_grow = grants_at(&tally);
-    wait_for("grants with five voters", || async {
-        (grants_at(&tally) >= after_grow + 20).then_some(())
-    })
-    .await?;
+    load.wait_grants(20).await?;
 
     // 5 -> 3: remove two of the original nodes (never the leader: it is refused).
     let originals: Vec<u64> = (1..=3).filter(|&n| n != leader).collect();
@@ -288,32 +116,14 @@ async fn grow_to_five_and_shrink_to_three_under_load() -> anyhow::Result<()> {
     expected.sort_unstable();
     expected.dedup();
     assert_eq!(voters, expected, "{v}");
-    let after_shrink = grants_at(&tally);
-    wait_for("grants with three voters again", || async {
-        (grants_at(&tally) >= after_shrink + 20).then_some(())
-    })
-    .await?;
+    load.wait_grants(20).await?;
 
-    stop.store(true, Ordering::Relaxed);
-    let mut acked = BTreeMap::new();
-    for (i, w) in workers.into_iter().enumerate() {
-        acked.insert(i as u64 + 1, w.await??);
-    }
-    // Every acknowledged write is there (or a later one whose answer was lost).
-    let leader = c.leader().await?;
-    for (w, last) in &acked {
-        let (code, v) = c.get(leader, &format!("/v1/kv/k-{w}")).await?;
-        assert_eq!(code, 200, "{v}");
-        let value: u64 = v["value"].as_str().unwrap_or("0").parse()?;
-        assert!(
-            value >= *last,
-            "worker {w}: acknowledged write {last} lost; key holds {value}"
-        );
-    }
+    // Stopping checks every acknowledged write (or a later one whose answer was lost).
+    let report = load.stop().await?;
     let (index, digest) = c.converged().await?;
     eprintln!(
-        "{} grants; members converged at index {index} ({digest})",
-        grants_at(&tally)
+        "{} grants, answers {:?}; members converged at index {index} ({digest})",
+        report.grants, report.answers
     );
     c.shutdown().await;
     Ok(())

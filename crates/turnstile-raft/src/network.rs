@@ -14,7 +14,8 @@ use openraft::errors::{NetworkError, RPCError, ReplicationClosed, StreamingError
 use openraft::network::v2::RaftNetworkV2;
 use openraft::network::{RPCOption, RaftNetworkFactory};
 use openraft::raft::{
-    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, VoteRequest, VoteResponse,
+    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, TransferLeaderRequest,
+    TransferLeaderResponse, VoteRequest, VoteResponse,
 };
 use openraft::OptionalSend;
 use serde::de::DeserializeOwned;
@@ -279,6 +280,15 @@ impl RaftNetworkV2<TypeConfig> for PeerNetwork {
         self.call("/raft/vote", &rpc, &option).await
     }
 
+    /// A leader stepping down (graceful stop) asks `target` to campaign at once.
+    async fn transfer_leader(
+        &mut self,
+        req: TransferLeaderRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<TransferLeaderResponse<TypeConfig>, RPCError<TypeConfig>> {
+        self.call(TRANSFER_LEADER_PATH, &req, &option).await
+    }
+
     async fn full_snapshot(
         &mut self,
         vote: Vote,
@@ -293,6 +303,9 @@ impl RaftNetworkV2<TypeConfig> for PeerNetwork {
         }
     }
 }
+
+/// Path of the leader-transfer RPC.
+pub const TRANSFER_LEADER_PATH: &str = "/raft/transfer-leader";
 
 /// The body of `/raft/snapshot`: the leader's vote, the snapshot meta and the file bytes.
 pub type SnapshotRequest = (Vote, SnapshotMeta, Vec<u8>);

@@ -24,6 +24,7 @@ use crate::app::App;
 use crate::identity::Phase;
 use crate::membership::{ADMIT_PATH, PREPARE_JOIN_PATH};
 use crate::proto::{MemberOp, ProposeRequest, ReadQuery, MEMBER_PATH, PROPOSE_PATH, READ_PATH};
+use turnstile_raft::network::TRANSFER_LEADER_PATH;
 
 /// Path answering who this node is; used by cluster formation and start-up checks.
 pub const IDENTITY_PATH: &str = "/raft/identity";
@@ -45,6 +46,7 @@ pub fn router(app: Arc<App>) -> Router {
     Router::new()
         .route("/raft/append", post(append))
         .route("/raft/vote", post(vote))
+        .route(TRANSFER_LEADER_PATH, post(transfer_leader))
         .route("/raft/snapshot", post(snapshot))
         .route(PROPOSE_PATH, post(propose))
         .route(READ_PATH, post(read))
@@ -123,6 +125,22 @@ fn reply<T: Serialize, E: ToString>(result: Result<T, E>) -> Response {
 async fn append(State(app): State<Arc<App>>, body: Bytes) -> Response {
     match decode(&body) {
         Ok(req) => reply(app.raft.append_entries(req).await),
+        Err(r) => *r,
+    }
+}
+
+/// A leader that is stepping down asks this node to campaign now. Only a node that may vote
+/// may lead; any other refuses, and the old leader's term simply runs out.
+async fn transfer_leader(State(app): State<Arc<App>>, body: Bytes) -> Response {
+    if !app.phase().may_vote() {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not taking leadership: node awaits (re)admission",
+        )
+            .into_response();
+    }
+    match decode(&body) {
+        Ok(req) => reply(app.raft.handle_transfer_leader(req).await),
         Err(r) => *r,
     }
 }

@@ -15,7 +15,7 @@ use std::ffi::OsString;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::process::{Child, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context};
 use nix::sys::signal::{kill, Signal};
@@ -37,6 +37,8 @@ const SECRET: &str = "jepsen-cluster-secret";
 pub const WAIT_MS_MAX: u64 = 30_000;
 /// Timeout of one harness HTTP request to a node.
 const HTTP_TIMEOUT_MS: u64 = 10_000;
+/// How often `terminate` checks whether the node has exited.
+const TERMINATE_POLL_MS: u64 = 10;
 
 /// How to start a cluster.
 #[derive(Debug, Clone)]
@@ -392,6 +394,38 @@ impl ProcCluster {
         }
         node.paused = false;
         Ok(())
+    }
+
+    /// Stops node `id` gracefully with SIGTERM (it drains and hands leadership over) and waits
+    /// up to `timeout` for it to exit; past that it is killed and this fails. Returns how long
+    /// the exit took. Network-namespace backend only.
+    pub fn terminate(&mut self, id: u64, timeout: Duration) -> anyhow::Result<Duration> {
+        let node = self
+            .nodes
+            .get_mut(&id)
+            .ok_or_else(|| anyhow!("no node {id}"))?;
+        let Place::Netns { child, .. } = &mut node.place else {
+            bail!("terminate is implemented for the netns backend only");
+        };
+        let Some(mut proc) = child.take() else {
+            bail!("node {id} is not running");
+        };
+        let started = Instant::now();
+        kill(Pid::from_raw(proc.id() as i32), Signal::SIGTERM).context("SIGTERM")?;
+        loop {
+            if let Some(status) = proc.try_wait().context("wait for a terminated node")? {
+                if !status.success() {
+                    bail!("node {id} exited with {status} after SIGTERM");
+                }
+                return Ok(started.elapsed());
+            }
+            if started.elapsed() > timeout {
+                let _ = proc.kill();
+                let _ = proc.wait();
+                bail!("node {id} did not exit within {timeout:?} of SIGTERM; killed");
+            }
+            std::thread::sleep(Duration::from_millis(TERMINATE_POLL_MS));
+        }
     }
 
     /// Restarts a killed node on the same data dir.

@@ -1,0 +1,125 @@
+//! A rolling restart under load with real SIGTERM: each node in turn drains (a leader hands
+//! leadership to a caught-up voter first), exits cleanly, restarts on its data dir and catches
+//! up, while clients keep acquiring locks and writing through their fences. No acknowledged
+//! grant or write is lost, tokens keep growing, and the only errors clients see are the
+//! documented hand-over ones (`503 no_quorum`, `504 indeterminate`) and refused connections
+//! to the node that is down.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use common::*;
+use turnstile_tests::load::LockLoad;
+
+/// Lock-cycling clients during the restarts.
+const WORKERS: u64 = 4;
+/// How long a node may take to drain and exit after SIGTERM.
+const EXIT_WAIT_MS_MAX: u64 = 20_000;
+/// What clients may see besides success while nodes restart.
+const ALLOWED: [&str; 3] = ["503 no_quorum", "504 indeterminate", "transport"];
+
+/// The `handover_ms` a node logged when it handed leadership over, if it did.
+fn logged_handover_ms(log: &str) -> Option<u64> {
+    let line = log
+        .lines()
+        .rev()
+        .find(|l| l.contains("leadership handed over"))?;
+    let line = strip_ansi(line);
+    let rest = &line[line.find("handover_ms=")? + "handover_ms=".len()..];
+    rest.split(|c: char| !c.is_ascii_digit())
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// The text of a log line without terminal colour codes (`ESC [ ... m`).
+fn strip_ansi(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c == 'm' {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rolling_restart_under_load_loses_nothing() -> anyhow::Result<()> {
+    let mut tc = start_cluster(3, "").await?;
+    let endpoints = Arc::new(RwLock::new(
+        tc.ids().iter().map(|&id| tc.addr(id)).collect::<Vec<_>>(),
+    ));
+    let load = LockLoad::start(endpoints, WORKERS);
+    load.wait_grants(20).await?;
+
+    let mut handovers = Vec::new();
+    for id in tc.ids() {
+        let (leader, _) = tc.leader().await?;
+        let exit = tc.terminate(id, Duration::from_millis(EXIT_WAIT_MS_MAX))?;
+        if id == leader {
+            let log = std::fs::read_to_string(tc.log_path(id))?;
+            let ms = logged_handover_ms(&log).ok_or_else(|| {
+                anyhow::anyhow!("leader {id} did not hand over:\n{}", tc.log_tail(id, 30))
+            })?;
+            handovers.push(ms);
+        }
+        eprintln!(
+            "node {id}{} exited {} ms after SIGTERM",
+            if id == leader { " (leader)" } else { "" },
+            ms(exit)
+        );
+        // The others keep granting while it is down.
+        load.wait_grants(10).await?;
+        let restarted = Instant::now();
+        tc.restart(id)?;
+        let (leader, _) = tc.leader().await?;
+        let target = tc.status(leader).await?["commit_index"]
+            .as_u64()
+            .unwrap_or(0);
+        wait_until(
+            "the restarted node to catch up",
+            Duration::from_secs(20),
+            || async {
+                let s = tc.status(id).await.ok()?;
+                (s["phase"] == "member" && s["applied_index"].as_u64()? >= target).then_some(())
+            },
+        )
+        .await?;
+        eprintln!(
+            "node {id} back and caught up in {} ms",
+            ms(restarted.elapsed())
+        );
+        load.wait_grants(10).await?;
+    }
+    assert!(!handovers.is_empty(), "no node was leader when stopped");
+    eprintln!("leader hand-over on SIGTERM: {handovers:?} ms");
+
+    let report = load.stop().await?;
+    let unexpected: BTreeSet<&String> = report
+        .answers
+        .keys()
+        .filter(|k| !ALLOWED.contains(&k.as_str()))
+        .collect();
+    assert!(
+        unexpected.is_empty(),
+        "clients saw {unexpected:?} (all answers: {:?})",
+        report.answers
+    );
+    let converged = tc.converged().await?;
+    eprintln!(
+        "{} grants across the restarts; answers {:?}; converged {:?}",
+        report.grants, report.answers, converged
+    );
+    Ok(())
+}
