@@ -4,126 +4,19 @@
 //! would have finished, the CLI exits with CMD's status, and the lock is free afterwards.
 //! `lock` exits with CMD's own status and releases the lock when CMD ends normally.
 
-use std::fs;
+mod common;
+
 use std::io::{BufRead, BufReader};
-use std::net::TcpListener;
 use std::path::Path;
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::Stdio;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use serde_json::Value;
+use common::*;
 
-/// A debug build on a loaded 2-core box can take a while to elect itself.
-const STARTUP_MS_MAX: u64 = 60_000;
-/// Deadline of any other wait in this test.
-const WAIT_MS_MAX: u64 = 20_000;
-/// Interval between polls while waiting for a condition.
-const POLL_MS: u64 = 50;
 /// How long CMD would run if nobody stopped it.
 const CMD_SLEEP_S: u64 = 60;
-
-fn free_port() -> std::io::Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
-
-/// A child process killed (SIGKILL, with its process group when it leads one) and reaped on
-/// drop, so a failing assertion leaves nothing running.
-struct Proc {
-    child: Child,
-    /// Another process group to kill on drop (CMD's, which `lock` puts in a group of its own).
-    extra_group: Option<u32>,
-}
-
-impl Proc {
-    fn new(child: Child) -> Proc {
-        Proc {
-            child,
-            extra_group: None,
-        }
-    }
-
-    /// Waits for the process to exit, failing after `WAIT_MS_MAX`.
-    fn wait_exit(&mut self) -> anyhow::Result<ExitStatus> {
-        let deadline = Instant::now() + Duration::from_millis(WAIT_MS_MAX);
-        loop {
-            if let Some(status) = self.child.try_wait()? {
-                return Ok(status);
-            }
-            if Instant::now() > deadline {
-                bail!("process {} did not exit in time", self.child.id());
-            }
-            std::thread::sleep(Duration::from_millis(POLL_MS));
-        }
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        for group in [Some(self.child.id()), self.extra_group]
-            .into_iter()
-            .flatten()
-        {
-            // Either may be gone already; nothing more to do then.
-            let _ = Command::new("kill")
-                .args(["-KILL", "--", &format!("-{group}")])
-                .stderr(Stdio::null())
-                .status();
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn turnstile() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_turnstile"))
-}
-
-fn start_server(dir: &Path, listen: &str) -> anyhow::Result<Proc> {
-    use std::os::unix::process::CommandExt;
-    let log = fs::File::create(dir.join("server.log"))?;
-    let child = turnstile()
-        .args(["serve", "--id", "1", "--listen", listen, "--data-dir"])
-        .arg(dir.join("data"))
-        .args(["--initial-cluster", &format!("1={listen}")])
-        .args(["--cluster-secret", "cli-lock-test-secret"])
-        .stdin(Stdio::null())
-        .stdout(log.try_clone()?)
-        .stderr(log)
-        .process_group(0)
-        .spawn()
-        .context("cannot spawn turnstile serve")?;
-    Ok(Proc::new(child))
-}
-
-async fn get_json(http: &reqwest::Client, url: &str) -> anyhow::Result<Value> {
-    Ok(http.get(url).send().await?.json().await?)
-}
-
-async fn wait_for_leader(
-    server: &mut Proc,
-    http: &reqwest::Client,
-    base: &str,
-    dir: &Path,
-) -> anyhow::Result<()> {
-    let deadline = Instant::now() + Duration::from_millis(STARTUP_MS_MAX);
-    loop {
-        if let Some(status) = server.child.try_wait()? {
-            let log = fs::read_to_string(dir.join("server.log")).unwrap_or_default();
-            bail!("server exited early ({status}); output:\n{log}");
-        }
-        if let Ok(c) = get_json(http, &format!("{base}/v1/cluster")).await {
-            if c["state"] == "Leader" && c["cluster_id"].is_string() {
-                return Ok(());
-            }
-        }
-        if Instant::now() > deadline {
-            bail!("no leader within {STARTUP_MS_MAX} ms");
-        }
-        tokio::time::sleep(Duration::from_millis(POLL_MS)).await;
-    }
-}
 
 /// Starts `turnstile lock` with stdout and stderr read line by line into one channel.
 fn start_lock(endpoint: &str, args: &[&str]) -> anyhow::Result<(Proc, mpsc::Receiver<String>)> {
