@@ -22,6 +22,9 @@ pub const REQUEST_TIMEOUT_MS_DEFAULT: u64 = 5_000;
 pub const SNAPSHOT_LOGS_DEFAULT: u64 = 10_000;
 /// Default interval of the leader's deadlock check.
 pub const DEADLOCK_CHECK_MS_DEFAULT: u64 = 200;
+/// Most lock names `--metrics-lock-names` may give their own metric series: each name costs
+/// about 40 series (counters by cause, two histograms), so 1000 names is ~40k series.
+pub const METRICS_LOCK_NAMES_MAX: u32 = 1_000;
 
 /// Which lease of a deadlock cycle loses its wait.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize, Default)]
@@ -99,6 +102,10 @@ pub struct ServeArgs {
     /// Which lease of a deadlock cycle loses its wait: youngest (default) or oldest.
     #[arg(long, env = "TURNSTILE_DEADLOCK_VICTIM", value_enum)]
     pub deadlock_victim: Option<DeadlockVictim>,
+    /// Lock metrics get a `name` label for the first N lock names seen (the rest share
+    /// `name="_other"`); 0 (default) means no `name` label. At most 1000.
+    #[arg(long, env = "TURNSTILE_METRICS_LOCK_NAMES")]
+    pub metrics_lock_names: Option<u32>,
     /// Test-only hooks (wall-clock offset). Never enable in production.
     #[arg(long, env = "TURNSTILE_ENABLE_TEST_HOOKS", hide = true)]
     pub enable_test_hooks: bool,
@@ -125,6 +132,7 @@ struct FileConfig {
     snapshot_logs: Option<u64>,
     deadlock_check_ms: Option<u64>,
     deadlock_victim: Option<DeadlockVictim>,
+    metrics_lock_names: Option<u32>,
 }
 
 /// A validated node configuration.
@@ -144,6 +152,8 @@ pub struct NodeConfig {
     pub snapshot_logs: u64,
     pub deadlock_check_ms: u64,
     pub deadlock_victim: DeadlockVictim,
+    /// Lock names with their own metric series (0: none); see `metrics::labels::NameCap`.
+    pub metrics_lock_names: u32,
     pub enable_test_hooks: bool,
     pub check_invariants: bool,
     /// Test-only broken behaviour (`TURNSTILE_BUGS`); all off unless the harness asks.
@@ -232,6 +242,10 @@ impl ServeArgs {
                 .deadlock_victim
                 .or(file.deadlock_victim)
                 .unwrap_or_default(),
+            metrics_lock_names: self
+                .metrics_lock_names
+                .or(file.metrics_lock_names)
+                .unwrap_or(0),
             enable_test_hooks: self.enable_test_hooks,
             check_invariants: self.check_invariants,
             bugs: crate::bugs::Bugs::default(),
@@ -313,6 +327,11 @@ impl NodeConfig {
         if self.snapshot_logs < 100 {
             return invalid("snapshot-logs must be at least 100".into());
         }
+        if self.metrics_lock_names > METRICS_LOCK_NAMES_MAX {
+            return invalid(format!(
+                "metrics-lock-names must be at most {METRICS_LOCK_NAMES_MAX}"
+            ));
+        }
         Ok(())
     }
 
@@ -371,5 +390,25 @@ mod tests {
             ..args
         };
         assert!(ok.resolve().is_ok());
+    }
+
+    #[test]
+    fn metrics_lock_names_is_capped() {
+        let args = |names| ServeArgs {
+            id: Some(1),
+            listen: Some("127.0.0.1:1".parse().expect("addr")),
+            data_dir: Some("/tmp/x".into()),
+            initial_cluster: Some("1=127.0.0.1:1".into()),
+            cluster_secret: Some("0123456789".into()),
+            metrics_lock_names: names,
+            ..ServeArgs::default()
+        };
+        let resolved = |names| args(names).resolve().map(|c| c.metrics_lock_names);
+        assert_eq!(resolved(None).ok(), Some(0));
+        assert_eq!(resolved(Some(METRICS_LOCK_NAMES_MAX)).ok(), Some(1_000));
+        assert!(matches!(
+            resolved(Some(METRICS_LOCK_NAMES_MAX + 1)),
+            Err(ConfigError::Invalid(_))
+        ));
     }
 }
