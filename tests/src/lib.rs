@@ -54,11 +54,18 @@ pub struct Cluster {
     root: tempfile::TempDir,
     secret: String,
     http: reqwest::Client,
+    /// Applied to every node's settings, on restarts too (see [`Cluster::start_tuned`]).
+    tune: fn(&mut ServeArgs),
 }
 
 impl Cluster {
     /// Starts `n` nodes that form a new cluster, and waits for a leader.
     pub async fn start(n: u64) -> anyhow::Result<Cluster> {
+        Cluster::start_tuned(n, |_| {}).await
+    }
+
+    /// [`Cluster::start`] with `tune` applied to every node's settings.
+    pub async fn start_tuned(n: u64, tune: fn(&mut ServeArgs)) -> anyhow::Result<Cluster> {
         init_logging();
         let mut listeners = BTreeMap::new();
         for id in 1..=n {
@@ -80,6 +87,7 @@ impl Cluster {
             root: tempfile::tempdir()?,
             secret: "test-cluster-secret".into(),
             http,
+            tune,
         };
         for (id, l) in listeners {
             c.start_on(id, l, InitialClusterState::New).await?;
@@ -93,7 +101,7 @@ impl Cluster {
     }
 
     fn args(&self, id: u64, state: InitialClusterState) -> ServeArgs {
-        ServeArgs {
+        let mut args = ServeArgs {
             id: Some(id),
             listen: Some(self.addrs[&id]),
             data_dir: Some(self.data_dir(id)),
@@ -103,7 +111,9 @@ impl Cluster {
             enable_test_hooks: true,
             check_invariants: true,
             ..ServeArgs::default()
-        }
+        };
+        (self.tune)(&mut args);
+        args
     }
 
     async fn start_on(
