@@ -68,7 +68,7 @@ impl Cluster {
 
     /// Like [`Cluster::start`], with `tweak` applied to every node's arguments (now and on
     /// every later start).
-    pub async fn start_with(n: u64, tweak: fn(&mut ServeArgs)) -> anyhow::Result<Cluster> {
+    pub async fn start_tuned(n: u64, tweak: fn(&mut ServeArgs)) -> anyhow::Result<Cluster> {
         Cluster::start_full(n, tweak, |_, _, _| async { Ok(()) }).await
     }
 

@@ -56,7 +56,7 @@ async fn grow(c: &mut Cluster, endpoints: &Endpoints) -> anyhow::Result<(u64, u1
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grow_to_five_and_shrink_to_three_under_load() -> anyhow::Result<()> {
     // No log kept behind a snapshot: the new nodes must catch up from a snapshot.
-    let mut c = Cluster::start_with(3, |a| a.snapshot_keep_logs = Some(0)).await?;
+    let mut c = Cluster::start_tuned(3, |a| a.snapshot_keep_logs = Some(0)).await?;
     let endpoints: Endpoints = Arc::new(RwLock::new(c.addrs.values().copied().collect()));
     let load = LockLoad::start(endpoints.clone(), WORKERS);
     load.wait_grants(20).await?;

@@ -1,7 +1,9 @@
 //! openraft glue for Turnstile: the type config ([`types`]), the fsync'd sled log store
 //! ([`log_store`]), the state machine adapter ([`state_machine`]) with its snapshot files
-//! ([`snapshot_files`]), and the peer network ([`network`], with [`faults`] for tests).
+//! ([`snapshot_files`]) and metrics hook ([`apply_observer`]), and the peer network
+//! ([`network`], with [`faults`] for tests).
 
+pub mod apply_observer;
 pub mod faults;
 pub mod log_store;
 pub mod network;

@@ -9,6 +9,7 @@
 mod codec;
 mod disk;
 mod flusher;
+pub mod histogram;
 #[cfg(test)]
 mod tests;
 
@@ -22,6 +23,7 @@ use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::MutexGuard;
 use std::sync::PoisonError;
+use std::time::Instant;
 
 use openraft::alias::LogIdOf;
 use openraft::alias::VoteOf;
@@ -265,6 +267,8 @@ impl<C: RaftTypeConfig> SledLogStore<C> {
             let waiter = Waiter {
                 callback: IOFlushed::signal(tx),
                 kind: WaitKind::Barrier,
+                entries: 0,
+                queued_at: Instant::now(),
             };
             self.shared.flusher.enqueue(waiter);
         }
@@ -391,6 +395,7 @@ impl<C: RaftTypeConfig> RaftLogStorage<C> for SledLogStore<C> {
         I: IntoIterator<Item = C::Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
+        let called_at = Instant::now();
         let (batch, count) = encode_batch::<C, _>(entries)?;
         let counters = &self.shared.counters;
         let _order = self.lock_write_order();
@@ -400,6 +405,8 @@ impl<C: RaftTypeConfig> RaftLogStorage<C> for SledLogStore<C> {
         let waiter = Waiter {
             callback,
             kind: WaitKind::Append,
+            entries: count,
+            queued_at: called_at,
         };
         self.shared.flusher.enqueue(waiter);
         Ok(())
@@ -437,6 +444,11 @@ impl SyncStatsHandle {
     /// A snapshot of the durability counters.
     pub fn get(&self) -> SyncStats {
         SyncStats::of(&self.counters)
+    }
+
+    /// A snapshot of the sync-latency and batch-size histograms.
+    pub fn histograms(&self) -> histogram::SyncHistogramsSnapshot {
+        self.counters.histograms.snapshot()
     }
 }
 

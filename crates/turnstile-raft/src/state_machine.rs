@@ -15,6 +15,7 @@ use openraft::storage::{EntryResponder, RaftStateMachine};
 use openraft::{EntryPayload, RaftSnapshotBuilder};
 use turnstile_core::{codec, Notice, Outcome, Response, State};
 
+use crate::apply_observer::ApplyObserver;
 use crate::snapshot_files::{SnapshotDir, SnapshotFile};
 use crate::types::{
     term_of, LogId, Snapshot, SnapshotData, SnapshotMeta, StoredMembership, TypeConfig,
@@ -72,6 +73,8 @@ pub trait ApplyListener: Send + Sync + 'static {
 pub struct StateMachineStore {
     shared: SharedState,
     listener: Option<Arc<dyn ApplyListener>>,
+    /// The node's metrics, if any (see `apply_observer`).
+    observer: Option<Arc<dyn ApplyObserver>>,
     snapshots: SnapshotDir,
     /// Run `State::check_invariants` after every apply (tests turn this on).
     check_invariants: bool,
@@ -94,6 +97,7 @@ impl StateMachineStore {
         Ok(StateMachineStore {
             shared,
             listener: None,
+            observer: None,
             snapshots,
             check_invariants,
         })
@@ -102,6 +106,12 @@ impl StateMachineStore {
     /// Sets who hears about applied entries (the node's waiter registry and watch hub).
     pub fn set_listener(&mut self, listener: Arc<dyn ApplyListener>) {
         self.listener = Some(listener);
+    }
+
+    /// Sets who observes applied entries for metrics, and shows it the state loaded at open.
+    pub fn set_observer(&mut self, observer: Arc<dyn ApplyObserver>) {
+        observer.state_loaded(&self.shared.read().state);
+        self.observer = Some(observer);
     }
 
     /// The handle the HTTP layer reads through.
@@ -121,6 +131,9 @@ impl StateMachineStore {
         let response = match entry.payload {
             EntryPayload::Normal(env) => {
                 let applied = inner.state.apply_full(index, term, &env);
+                if let Some(observer) = &self.observer {
+                    observer.entry_applied(&inner.state, index, &env, &applied);
+                }
                 notices = applied.notices;
                 applied.response
             }
@@ -206,6 +219,9 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         inner.last_applied = meta.last_log_id;
         inner.last_membership = meta.last_membership.clone();
         drop(inner);
+        if let Some(observer) = &self.observer {
+            observer.state_loaded(&self.shared.read().state);
+        }
         if let Some(listener) = &self.listener {
             listener.replaced(&self.shared.read().state);
         }

@@ -36,7 +36,7 @@ pub struct App {
     phase: RwLock<Phase>,
 }
 
-/// Counters of API events that are not Raft's (until the metrics endpoint lands).
+/// Counters of API events that are not Raft's (read by `/metrics` and `/v1/cluster`).
 #[derive(Debug, Default)]
 pub struct ApiStats {
     /// Fenced writes refused because their token was not the lock's current grant.

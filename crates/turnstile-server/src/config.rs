@@ -28,6 +28,9 @@ pub const SNAPSHOT_KEEP_LOGS_DEFAULT: u64 = 1_000;
 pub const SNAPSHOT_LOGS_MAX: u64 = 10_000_000;
 /// Default interval of the leader's deadlock check.
 pub const DEADLOCK_CHECK_MS_DEFAULT: u64 = 200;
+/// Most lock names `--metrics-lock-names` may give their own metric series: each name costs
+/// about 40 series (counters by cause, two histograms), so 1000 names is ~40k series.
+pub const METRICS_LOCK_NAMES_MAX: u32 = 1_000;
 
 /// Which lease of a deadlock cycle loses its wait.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize, Default)]
@@ -109,6 +112,10 @@ pub struct ServeArgs {
     /// Which lease of a deadlock cycle loses its wait: youngest (default) or oldest.
     #[arg(long, env = "TURNSTILE_DEADLOCK_VICTIM", value_enum)]
     pub deadlock_victim: Option<DeadlockVictim>,
+    /// Lock metrics get a `name` label for the first N lock names seen (the rest share
+    /// `name="_other"`); 0 (default) means no `name` label. At most 1000.
+    #[arg(long, env = "TURNSTILE_METRICS_LOCK_NAMES")]
+    pub metrics_lock_names: Option<u32>,
     /// Test-only hooks (wall-clock offset). Never enable in production.
     #[arg(long, env = "TURNSTILE_ENABLE_TEST_HOOKS", hide = true)]
     pub enable_test_hooks: bool,
@@ -136,6 +143,7 @@ struct FileConfig {
     snapshot_keep_logs: Option<u64>,
     deadlock_check_ms: Option<u64>,
     deadlock_victim: Option<DeadlockVictim>,
+    metrics_lock_names: Option<u32>,
 }
 
 /// A validated node configuration.
@@ -156,6 +164,8 @@ pub struct NodeConfig {
     pub snapshot_keep_logs: u64,
     pub deadlock_check_ms: u64,
     pub deadlock_victim: DeadlockVictim,
+    /// Lock names with their own metric series (0: none); see `metrics::labels::NameCap`.
+    pub metrics_lock_names: u32,
     pub enable_test_hooks: bool,
     pub check_invariants: bool,
     /// Test-only broken behaviour (`TURNSTILE_BUGS`); all off unless the harness asks.
@@ -248,6 +258,10 @@ impl ServeArgs {
                 .deadlock_victim
                 .or(file.deadlock_victim)
                 .unwrap_or_default(),
+            metrics_lock_names: self
+                .metrics_lock_names
+                .or(file.metrics_lock_names)
+                .unwrap_or(0),
             enable_test_hooks: self.enable_test_hooks,
             check_invariants: self.check_invariants,
             bugs: crate::bugs::Bugs::default(),
@@ -336,6 +350,11 @@ impl NodeConfig {
                 "snapshot-keep-logs must be at most {SNAPSHOT_LOGS_MAX}"
             ));
         }
+        if self.metrics_lock_names > METRICS_LOCK_NAMES_MAX {
+            return invalid(format!(
+                "metrics-lock-names must be at most {METRICS_LOCK_NAMES_MAX}"
+            ));
+        }
         Ok(())
     }
 
@@ -394,5 +413,25 @@ mod tests {
             ..args
         };
         assert!(ok.resolve().is_ok());
+    }
+
+    #[test]
+    fn metrics_lock_names_is_capped() {
+        let args = |names| ServeArgs {
+            id: Some(1),
+            listen: Some("127.0.0.1:1".parse().expect("addr")),
+            data_dir: Some("/tmp/x".into()),
+            initial_cluster: Some("1=127.0.0.1:1".into()),
+            cluster_secret: Some("0123456789".into()),
+            metrics_lock_names: names,
+            ..ServeArgs::default()
+        };
+        let resolved = |names| args(names).resolve().map(|c| c.metrics_lock_names);
+        assert_eq!(resolved(None).ok(), Some(0));
+        assert_eq!(resolved(Some(METRICS_LOCK_NAMES_MAX)).ok(), Some(1_000));
+        assert!(matches!(
+            resolved(Some(METRICS_LOCK_NAMES_MAX + 1)),
+            Err(ConfigError::Invalid(_))
+        ));
     }
 }

@@ -14,6 +14,7 @@
 //! - [`driver`]: leader ticks, expiry, cluster id; [`bootstrap`]: forming a new cluster.
 //! - [`clock`]: the leader's monotonic `sm_time` source; [`waiters`]: queued acquires held
 //!   by this node.
+//! - [`metrics`]: `/metrics` (Prometheus), fed by apply, Raft, the log store and HTTP.
 
 pub mod api;
 pub mod app;
@@ -28,6 +29,7 @@ pub mod error;
 pub mod identity;
 pub mod leader_ops;
 pub mod membership;
+pub mod metrics;
 pub mod node;
 pub mod peer_api;
 pub mod proto;

@@ -144,6 +144,8 @@ pub async fn start(
     let shared = sm.shared();
     sm.set_listener(waiters.clone());
     let stats = log_store.stats_handle();
+    let metrics = crate::metrics::NodeMetrics::new(&cfg, stats.clone());
+    sm.set_observer(metrics.apply_observer());
     let raft = Raft::new(
         cfg.id,
         Arc::new(raft_config(&cfg)?),
@@ -166,6 +168,7 @@ pub async fn start(
 
     let (stop, stop_rx) = watch::channel(false);
     let router = api::router(app.clone()).merge(peer_api::router(app.clone()));
+    let router = crate::metrics::instrument(router, app.clone(), metrics.clone());
     let mut server_stop = stop_rx.clone();
     let server = tokio::spawn(async move {
         let shutdown = async move {
@@ -183,6 +186,7 @@ pub async fn start(
         server,
         tokio::spawn(driver::run(app.clone(), stop_rx.clone())),
         tokio::spawn(driver::run_deadlock_checks(app.clone(), stop_rx.clone())),
+        metrics.spawn_raft_watch(app.raft.clone(), stop_rx.clone()),
         tokio::spawn(bootstrap::run(app.clone(), stop_rx)),
     ];
     Ok(RunningNode {

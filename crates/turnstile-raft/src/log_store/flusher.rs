@@ -12,9 +12,13 @@ use std::sync::Mutex;
 use std::sync::MutexGuard;
 use std::sync::PoisonError;
 use std::thread::JoinHandle;
+use std::time::Instant;
 
 use openraft::storage::IOFlushed;
 use openraft::RaftTypeConfig;
+
+use super::histogram::micros;
+use super::histogram::SyncHistograms;
 
 /// Name of the flusher thread, as shown by `top -H` and in panics.
 const THREAD_NAME: &str = "turnstile-log-flusher";
@@ -28,6 +32,7 @@ pub(super) struct SyncCounters {
     pub(super) entries_appended: AtomicU64,
     pub(super) fdatasyncs: AtomicU64,
     pub(super) acked_batches: AtomicU64,
+    pub(super) histograms: SyncHistograms,
 }
 
 impl SyncCounters {
@@ -52,6 +57,10 @@ pub(super) enum WaitKind {
 pub(super) struct Waiter<C: RaftTypeConfig> {
     pub(super) callback: IOFlushed<C>,
     pub(super) kind: WaitKind,
+    /// Log entries the write carried (0 for a barrier), for the entries-per-sync histogram.
+    pub(super) entries: u64,
+    /// When the write was asked for (`append` called), for the append latency histogram.
+    pub(super) queued_at: Instant,
 }
 
 /// The queue between writers and the flusher thread. Its length is bounded by the number of
@@ -174,10 +183,15 @@ fn run<C: RaftTypeConfig>(
     let mut failure: Option<(io::ErrorKind, String)> = None;
     while let Some(waiters) = queue.take_all() {
         if failure.is_none() {
+            let started = Instant::now();
             if let Err(err) = sync(db, db_file, counters) {
                 tracing::error!(error = %err, waiters = waiters.len(), "log sync failed");
                 failure = Some((err.kind(), err.to_string()));
             }
+            let h = &counters.histograms;
+            h.sync_us.observe(micros(started.elapsed()));
+            h.sync_batch_entries
+                .observe(waiters.iter().map(|w| w.entries).sum());
         }
         complete(waiters, failure.as_ref(), counters);
     }
@@ -225,6 +239,8 @@ fn complete<C: RaftTypeConfig>(
             None => {
                 if waiter.kind == WaitKind::Append {
                     SyncCounters::add(&counters.acked_batches, 1);
+                    let latency_us = micros(waiter.queued_at.elapsed());
+                    counters.histograms.append_durable_us.observe(latency_us);
                 }
                 Ok(())
             }

@@ -1,6 +1,6 @@
 //! Unit tests of `SledLogStore`: the log contract (append, read, truncate, purge, state), vote
-//! and committed round trips across reopen, group commit counters, the entry size cap, the
-//! `blobs/` guard, and openraft's own storage suite. The crash test is in
+//! and committed round trips across reopen, group commit counters and histograms, the entry
+//! size cap, the `blobs/` guard, and openraft's own storage suite. The crash test is in
 //! `tests/log_store_reopen.rs`.
 
 use std::io;
@@ -220,6 +220,13 @@ async fn group_commit_acks_every_append() -> anyhow::Result<()> {
         (1..=stats.append_batches).contains(&stats.fdatasyncs),
         "{stats:?}"
     );
+    // The histograms describe the same syncs and appends as the counters (every callback
+    // fires after its figures are recorded).
+    let h = store.stats_handle().histograms();
+    assert_eq!(h.sync_us.count(), stats.fdatasyncs);
+    assert_eq!(h.sync_batch_entries.count(), stats.fdatasyncs);
+    assert_eq!(h.sync_batch_entries.sum, stats.entries_appended);
+    assert_eq!(h.append_durable_us.count(), stats.acked_batches);
     assert_eq!(indexes(&mut store).await?, (1..=33).collect::<Vec<_>>());
     Ok(())
 }
