@@ -79,14 +79,23 @@ impl App {
 
     /// [`check_quorum_after`] against the reachable nodes, waiting up to an election timeout
     /// for enough of them to answer: a leader elected a moment ago has not yet heard from its
-    /// followers, and that must not read as "they are down".
-    async fn check_reachable_quorum(&self, after: &BTreeSet<u64>) -> Result<(), String> {
+    /// followers, and that must not read as "they are down". A node that stops leading
+    /// meanwhile answers `NotLeader`, and the request is routed to the new leader.
+    async fn check_reachable_quorum(
+        &self,
+        after: &BTreeSet<u64>,
+    ) -> Result<Result<(), String>, RouteError> {
         let deadline =
             tokio::time::Instant::now() + Duration::from_millis(self.cfg.election_timeout_ms_max);
         loop {
-            let verdict = check_quorum_after(after, &self.reachable_nodes().unwrap_or_default());
+            let Some(reachable) = self.reachable_nodes().filter(|_| self.is_leader()) else {
+                return Err(RouteError::NotLeader {
+                    leader_id: self.current_leader(),
+                });
+            };
+            let verdict = check_quorum_after(after, &reachable);
             if verdict.is_ok() || tokio::time::Instant::now() >= deadline {
-                return verdict;
+                return Ok(verdict);
             }
             tokio::time::sleep(Duration::from_millis(self.cfg.heartbeat_ms)).await;
         }
@@ -137,7 +146,7 @@ impl App {
                 }
                 let mut after = voters.clone();
                 after.insert(*node_id);
-                if let Err(reason) = self.check_reachable_quorum(&after).await {
+                if let Err(reason) = self.check_reachable_quorum(&after).await? {
                     return refused(reason);
                 }
                 if let Err(reason) = self.tell_node(*node_id, &node.addr, ADMIT_PATH).await {
@@ -162,7 +171,7 @@ impl App {
                 let change = if voters.contains(node_id) {
                     let mut after = voters.clone();
                     after.remove(node_id);
-                    if let Err(reason) = self.check_reachable_quorum(&after).await {
+                    if let Err(reason) = self.check_reachable_quorum(&after).await? {
                         return refused(reason);
                     }
                     ChangeMembers::RemoveVoters(BTreeSet::from([*node_id]))
