@@ -27,32 +27,28 @@ struct Scrape {
 }
 
 impl Scrape {
-    /// Sum of `name`'s samples whose labels include every pair of `filter`.
-    fn sum(&self, name: &str, filter: &[(&str, &str)]) -> f64 {
-        self.samples
-            .iter()
-            .filter(|s| s.name == name)
-            .filter(|s| {
-                filter
+    /// `name`'s samples whose labels include every pair of `filter`.
+    fn matching<'a>(
+        &'a self,
+        name: &'a str,
+        filter: &'a [(&str, &str)],
+    ) -> impl Iterator<Item = &'a Sample> + 'a {
+        self.samples.iter().filter(move |s| {
+            s.name == name
+                && filter
                     .iter()
                     .all(|(k, v)| s.labels.get(*k).map(String::as_str) == Some(*v))
-            })
-            .map(|s| s.value)
-            .sum()
+        })
+    }
+
+    /// Sum of `name`'s samples whose labels include every pair of `filter`.
+    fn sum(&self, name: &str, filter: &[(&str, &str)]) -> f64 {
+        self.matching(name, filter).map(|s| s.value).sum()
     }
 
     /// The one sample of `name` with these labels.
     fn one(&self, name: &str, filter: &[(&str, &str)]) -> anyhow::Result<f64> {
-        let hits: Vec<_> = self
-            .samples
-            .iter()
-            .filter(|s| s.name == name)
-            .filter(|s| {
-                filter
-                    .iter()
-                    .all(|(k, v)| s.labels.get(*k).map(String::as_str) == Some(*v))
-            })
-            .collect();
+        let hits: Vec<_> = self.matching(name, filter).collect();
         match hits.as_slice() {
             [s] => Ok(s.value),
             _ => bail!("{} samples of {name} {filter:?}", hits.len()),

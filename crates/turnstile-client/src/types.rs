@@ -222,6 +222,10 @@ pub struct Member {
     pub id: u64,
     pub addr: String,
     pub voter: bool,
+    /// On the leader: whether this member acknowledged it within a few heartbeats. `None`
+    /// from a follower (or an older server), which cannot tell.
+    #[serde(default)]
+    pub reachable: Option<bool>,
 }
 
 /// `GET /v1/cluster`: the answering node's own view (not a linearizable read).

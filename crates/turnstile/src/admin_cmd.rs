@@ -88,7 +88,15 @@ fn print_members(m: &Members) {
         } else {
             ""
         };
-        println!("{:<4} {:<22} {role}{leader}", member.id, member.addr);
+        let unreachable = if member.reachable == Some(false) {
+            " (unreachable)"
+        } else {
+            ""
+        };
+        println!(
+            "{:<4} {:<22} {role}{leader}{unreachable}",
+            member.id, member.addr
+        );
     }
 }
 
