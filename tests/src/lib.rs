@@ -281,6 +281,10 @@ impl Cluster {
         self.call(id, reqwest::Method::GET, path, None).await
     }
 
+    pub async fn delete(&self, id: u64, path: &str) -> anyhow::Result<(u16, Value)> {
+        self.call(id, reqwest::Method::DELETE, path, None).await
+    }
+
     pub async fn post(&self, id: u64, path: &str, body: Value) -> anyhow::Result<(u16, Value)> {
         self.call(id, reqwest::Method::POST, path, Some(body)).await
     }

@@ -97,14 +97,7 @@ async fn grow_to_five_and_shrink_to_three_under_load() -> anyhow::Result<()> {
             .map_err(|_| anyhow!("poisoned"))?
             .retain(|a| *a != c.addrs[&gone]);
         let leader = c.leader().await?;
-        let (code, v) = c
-            .call(
-                leader,
-                reqwest::Method::DELETE,
-                &format!("/v1/members/{gone}"),
-                None,
-            )
-            .await?;
+        let (code, v) = c.delete(leader, &format!("/v1/members/{gone}")).await?;
         assert_eq!(code, 200, "remove {gone}: {v}");
         c.stop(gone).await;
     }
@@ -146,14 +139,7 @@ async fn removal_that_leaves_no_reachable_quorum_is_refused() -> anyhow::Result<
     )
     .await?;
     // Removing `keep` would leave voters {leader, down}: one of two answers, two needed.
-    let (code, v) = c
-        .call(
-            leader,
-            reqwest::Method::DELETE,
-            &format!("/v1/members/{keep}"),
-            None,
-        )
-        .await?;
+    let (code, v) = c.delete(leader, &format!("/v1/members/{keep}")).await?;
     assert_eq!(
         (code, v["code"].as_str()),
         (409, Some("membership_refused")),
@@ -164,14 +150,7 @@ async fn removal_that_leaves_no_reachable_quorum_is_refused() -> anyhow::Result<
     let (_, v) = c.get(leader, "/v1/members").await?;
     assert_eq!(member_ids(&v, true).len(), 3, "nothing changed: {v}");
     // Removing the node that is down leaves {leader, keep}, both answering: allowed.
-    let (code, v) = c
-        .call(
-            leader,
-            reqwest::Method::DELETE,
-            &format!("/v1/members/{down}"),
-            None,
-        )
-        .await?;
+    let (code, v) = c.delete(leader, &format!("/v1/members/{down}")).await?;
     assert_eq!(code, 200, "{v}");
     assert_eq!(member_ids(&v, true).len(), 2, "{v}");
     // And the two remaining voters still grant.

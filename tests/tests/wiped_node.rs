@@ -49,14 +49,7 @@ async fn wiped_node_waits_to_be_readded() -> anyhow::Result<()> {
     // Bring the old leader back and re-add the wiped node.
     c.restart(leader).await?;
     let leader = c.leader().await?;
-    let (code, v) = c
-        .call(
-            leader,
-            reqwest::Method::DELETE,
-            &format!("/v1/members/{wiped}"),
-            None,
-        )
-        .await?;
+    let (code, v) = c.delete(leader, &format!("/v1/members/{wiped}")).await?;
     assert_eq!(code, 200, "remove: {v}");
     let addr = c.addrs[&wiped].to_string();
     let (code, v) = c
