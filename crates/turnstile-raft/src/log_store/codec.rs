@@ -13,15 +13,17 @@ use serde::Serialize;
 
 use super::ENTRY_BYTES_MAX;
 
-/// Encodes entries into one sled batch, refusing oversized entries and non-consecutive indexes
+/// One encoded log entry: its sled key and value.
+pub(super) type EncodedEntry = ([u8; 8], Vec<u8>);
+
+/// Encodes entries in index order, refusing oversized entries and non-consecutive indexes
 /// before anything is written.
-pub(super) fn encode_batch<C, I>(entries: I) -> io::Result<(sled::Batch, u64)>
+pub(super) fn encode_entries<C, I>(entries: I) -> io::Result<Vec<EncodedEntry>>
 where
     C: RaftTypeConfig,
     I: IntoIterator<Item = C::Entry>,
 {
-    let mut batch = sled::Batch::default();
-    let mut count = 0u64;
+    let mut encoded = Vec::new();
     let mut prev_index: Option<u64> = None;
     for entry in entries {
         let index = entry.index();
@@ -39,11 +41,10 @@ where
             );
             return Err(io::Error::new(io::ErrorKind::InvalidInput, msg));
         }
-        batch.insert(&index_key(index), value);
+        encoded.push((index_key(index), value));
         prev_index = Some(index);
-        count += 1;
     }
-    Ok((batch, count))
+    Ok(encoded)
 }
 
 /// Big-endian so that sled's byte order is index order.
