@@ -256,11 +256,15 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
     async fn build_snapshot(&mut self) -> io::Result<Snapshot> {
         let (state, last_log_id, last_membership) = self.shared.read().copy_out();
         let file = SnapshotFile::of(&state, last_log_id, last_membership.clone())?;
+        // Each copy of the state lives only as long as it must: a snapshot of 50,000 held locks
+        // is ~8 MB encoded, and the allocator keeps a transient peak as resident memory.
+        drop(state);
         let bytes = file.encode()?;
+        drop(file);
         let index = last_log_id.as_ref().map_or(0, |l| l.index);
         let dir = self.snapshots.clone();
-        let written = bytes.clone();
-        tokio::task::spawn_blocking(move || dir.write(index, &written))
+        // The blocking task hands the bytes back instead of writing a clone of them.
+        let bytes = tokio::task::spawn_blocking(move || dir.write(index, &bytes).map(|()| bytes))
             .await
             .map_err(io::Error::other)??;
         tracing::info!(index, bytes = bytes.len(), "snapshot written");

@@ -2,6 +2,7 @@
 //! the join phase, start Raft, serve the client and peer APIs on one listener, and run the
 //! background drivers. `RunningNode::shutdown` stops all of it and releases the data dir.
 
+use axum::serve::ListenerExt;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::{Arc, RwLock};
@@ -174,6 +175,13 @@ pub async fn start(
         let shutdown = async move {
             let _ = server_stop.changed().await;
         };
+        // Nagle off on accepted connections, as the peer client has it: a reply written in
+        // two pieces must not wait for the client's delayed ACK.
+        let listener = listener.tap_io(|tcp| {
+            if let Err(e) = tcp.set_nodelay(true) {
+                tracing::debug!(error = %e, "cannot set TCP_NODELAY");
+            }
+        });
         if let Err(e) = axum::serve(listener, router)
             .with_graceful_shutdown(shutdown)
             .await
