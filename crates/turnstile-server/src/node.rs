@@ -2,12 +2,12 @@
 //! the join phase, start Raft, serve the client and peer APIs on one listener, and run the
 //! background drivers. `RunningNode::shutdown` stops all of it and releases the data dir.
 
-use axum::serve::ListenerExt;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+use axum::serve::ListenerExt;
 use openraft::{Config, SnapshotPolicy};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
