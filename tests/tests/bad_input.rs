@@ -412,30 +412,54 @@ async fn bad_input_gets_4xx_and_changes_nothing() -> anyhow::Result<()> {
 }
 
 /// Peer bodies far above the client limit (replication batches, snapshots) reach the handler:
-/// a 3 MiB undecodable body is refused as undecodable (400), not as too large (413), and a
-/// request without the secret is refused (401). That one is small: the server answers 401
-/// without reading the body, and a large body would race the closing connection.
+/// a 3 MiB undecodable body with a valid MAC is refused as undecodable (400), not as too large
+/// (413), and its reply is signed; the same body without a MAC, or with a MAC made with
+/// another secret, is refused (401) with an unsigned reply.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn peer_routes_take_large_bodies_and_demand_the_secret() -> anyhow::Result<()> {
+async fn peer_routes_take_large_bodies_and_demand_a_mac() -> anyhow::Result<()> {
+    use turnstile_raft::peer_auth::{PeerKey, RequestHead, AUTH_HEADER, REPLY_AUTH_HEADER};
     let c = Cluster::start(1).await?;
     let http = reqwest::Client::new();
     let big = vec![0xffu8; 3 * 1024 * 1024];
+    let head = RequestHead {
+        method: "POST",
+        path: "/raft/append",
+        from: 2,
+        cluster_id: "",
+    };
+    let cluster_id = c.status(1).await?["cluster_id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let head = RequestHead {
+        cluster_id: &cluster_id,
+        ..head
+    };
+    let mac = PeerKey::new("test-cluster-secret").sign_request(&head, &big);
     let resp = http
         .post(c.url(1, "/raft/append"))
-        .header(
-            turnstile_raft::network::SECRET_HEADER,
-            "test-cluster-secret",
-        )
+        .header(turnstile_raft::network::FROM_HEADER, "2")
+        .header(turnstile_raft::network::CLUSTER_ID_HEADER, &cluster_id)
+        .header(AUTH_HEADER, &mac)
         .body(big.clone())
         .send()
         .await?;
+    assert!(resp.headers().contains_key(REPLY_AUTH_HEADER));
     assert_eq!(resp.status().as_u16(), 400, "{}", resp.text().await?);
-    let resp = http
-        .post(c.url(1, "/raft/append"))
-        .body(vec![0xffu8; 16])
-        .send()
-        .await?;
-    assert_eq!(resp.status().as_u16(), 401);
+    let wrong = PeerKey::new("guessed-secret").sign_request(&head, &big);
+    for mac in [None, Some(wrong)] {
+        let mut rb = http
+            .post(c.url(1, "/raft/append"))
+            .header(turnstile_raft::network::FROM_HEADER, "2")
+            .header(turnstile_raft::network::CLUSTER_ID_HEADER, &cluster_id)
+            .body(big.clone());
+        if let Some(mac) = &mac {
+            rb = rb.header(AUTH_HEADER, mac);
+        }
+        let resp = rb.send().await?;
+        assert_eq!(resp.status().as_u16(), 401, "mac {mac:?}");
+        assert!(!resp.headers().contains_key(REPLY_AUTH_HEADER));
+    }
     c.shutdown().await;
     Ok(())
 }

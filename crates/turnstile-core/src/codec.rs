@@ -24,6 +24,8 @@ pub enum CodecError {
     UnknownStateVersion { found: u32, known: u32 },
     #[error("{trailing} trailing bytes after the encoded value")]
     TrailingBytes { trailing: usize },
+    #[error("{bytes} bytes is more than any decode accepts ({max})")]
+    TooLarge { bytes: usize, max: usize },
 }
 
 #[derive(Serialize, Deserialize)]
@@ -36,6 +38,42 @@ fn config() -> bincode::config::Configuration {
     bincode::config::standard()
 }
 
+/// How many bytes of memory a decode may claim per byte of input. bincode claims the
+/// in-memory size of every primitive it reads (8 for a `u64` that a varint stores in one byte)
+/// and the full length of every string or byte buffer before it allocates it; no honest
+/// encoding of our types claims more than 8 per input byte.
+const CLAIM_BYTES_PER_INPUT_BYTE: usize = 8;
+
+/// The limits a decode can run under, smallest first, each 16 times the one before. A decode
+/// gets the smallest one at least [`CLAIM_BYTES_PER_INPUT_BYTE`] times its input, so bytes
+/// claiming a string longer than the input allows fail with `LimitExceeded` instead of
+/// allocating what they claim (10 hostile bytes claiming 2^45 once aborted a node).
+const DECODE_CLAIM_BYTES_TIERS: [usize; 5] = [1 << 20, 1 << 24, 1 << 28, 1 << 32, 1 << 36];
+
+/// Largest input any decode accepts: the largest tier's share. Nothing Turnstile writes
+/// (entries, snapshots, backups, peer messages) comes near it.
+pub const DECODE_INPUT_BYTES_MAX: usize = (1 << 36) / CLAIM_BYTES_PER_INPUT_BYTE;
+
+/// Decodes the first value of `bytes` under the smallest claim limit that fits the input.
+fn decode_prefix<T: for<'de> Deserialize<'de>>(bytes: &[u8]) -> Result<(T, usize), CodecError> {
+    let claim = bytes.len().saturating_mul(CLAIM_BYTES_PER_INPUT_BYTE);
+    let tier = DECODE_CLAIM_BYTES_TIERS
+        .iter()
+        .position(|&t| claim <= t)
+        .ok_or(CodecError::TooLarge {
+            bytes: bytes.len(),
+            max: DECODE_INPUT_BYTES_MAX,
+        })?;
+    let decoded = match tier {
+        0 => bincode::serde::decode_from_slice(bytes, config().with_limit::<{ 1 << 20 }>()),
+        1 => bincode::serde::decode_from_slice(bytes, config().with_limit::<{ 1 << 24 }>()),
+        2 => bincode::serde::decode_from_slice(bytes, config().with_limit::<{ 1 << 28 }>()),
+        3 => bincode::serde::decode_from_slice(bytes, config().with_limit::<{ 1 << 32 }>()),
+        _ => bincode::serde::decode_from_slice(bytes, config().with_limit::<{ 1 << 36 }>()),
+    };
+    Ok(decoded?)
+}
+
 /// Encodes any serde value with Turnstile's bincode configuration.
 ///
 /// Encoding our own plain-data types cannot fail (no maps with non-string keys issues, no
@@ -45,9 +83,11 @@ pub fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, CodecError> {
     Ok(bincode::serde::encode_to_vec(value, config())?)
 }
 
-/// Decodes a value and insists every byte was consumed.
+/// Decodes a value and insists every byte was consumed. Safe on bytes from anywhere: what the
+/// decode may allocate is bounded by a multiple of the input's length (see
+/// [`CLAIM_BYTES_PER_INPUT_BYTE`]), so a hostile length prefix is an error, never an abort.
 pub fn decode<T: for<'de> Deserialize<'de>>(bytes: &[u8]) -> Result<T, CodecError> {
-    let (value, used) = bincode::serde::decode_from_slice(bytes, config())?;
+    let (value, used) = decode_prefix::<T>(bytes)?;
     if used != bytes.len() {
         return Err(CodecError::TrailingBytes {
             trailing: bytes.len() - used,
@@ -79,7 +119,7 @@ pub fn encode_state(state: &State) -> Result<Vec<u8>, CodecError> {
 
 /// Decodes a framed state written by this or an older binary.
 pub fn decode_state(bytes: &[u8]) -> Result<State, CodecError> {
-    let (version, _): (u32, usize) = bincode::serde::decode_from_slice(bytes, config())?;
+    let (version, _): (u32, usize) = decode_prefix(bytes)?;
     if version > STATE_FORMAT_VERSION {
         return Err(CodecError::UnknownStateVersion {
             found: version,
@@ -89,6 +129,10 @@ pub fn decode_state(bytes: &[u8]) -> Result<State, CodecError> {
     let frame: StateFrame<State> = decode(bytes)?;
     Ok(frame.state)
 }
+
+#[cfg(test)]
+#[path = "codec_test.rs"]
+mod codec_test;
 
 /// SHA-256 of the encoded state, hex. Equal digests at equal `applied_index` mean the replicas
 /// agree byte for byte.

@@ -1,12 +1,13 @@
 //! openraft glue for Turnstile: the type config ([`types`]), the fsync'd sled log store
 //! ([`log_store`]), the state machine adapter ([`state_machine`]) with its snapshot files
 //! ([`snapshot_files`]) and metrics hook ([`apply_observer`]), and the peer network
-//! ([`network`], with [`faults`] for tests).
+//! ([`network`], authenticated by [`peer_auth`], with [`faults`] for tests).
 
 pub mod apply_observer;
 pub mod faults;
 pub mod log_store;
 pub mod network;
+pub mod peer_auth;
 pub mod snapshot_files;
 pub mod state_machine;
 pub mod types;

@@ -1,10 +1,13 @@
 //! The peer network: openraft's `RaftNetworkV2` over HTTP with bincode bodies.
 //!
 //! One `reqwest::Client` per node keeps connections to peers alive and reuses them. Every
-//! request carries the cluster secret (peers refuse RPCs without it), the sender's node id,
-//! and the sender's cluster id once known (a node refuses RPCs from another cluster). Connect
-//! failures and fault-injected cuts are reported as `Unreachable`, so openraft backs off;
-//! RPC deadlines come from openraft's `RPCOption`.
+//! request carries the sender's node id, its cluster id once known (a node refuses RPCs from
+//! another cluster), and an HMAC keyed by the cluster secret ([`crate::peer_auth`]); the secret
+//! itself never travels. A reply is read up to [`PEER_REPLY_BYTES_MAX`], and decoded or quoted
+//! only if it carries a valid reply MAC, so an address that is not a member (anyone can ask
+//! the leader to add one) can neither make a node allocate what it likes nor put words in its
+//! errors. Connect failures and fault-injected cuts are reported as `Unreachable`, so openraft
+//! backs off; RPC deadlines come from openraft's `RPCOption`.
 
 use std::future::Future;
 use std::sync::{Arc, RwLock};
@@ -23,10 +26,9 @@ use serde::Serialize;
 use turnstile_core::codec;
 
 use crate::faults::Faults;
+use crate::peer_auth::{PeerKey, RequestHead, AUTH_HEADER, REPLY_AUTH_HEADER};
 use crate::types::{Node, NodeId, Snapshot, SnapshotData, SnapshotMeta, TypeConfig, Vote};
 
-/// Header carrying the shared cluster secret.
-pub const SECRET_HEADER: &str = "x-turnstile-secret";
 /// Header carrying the sending node's id.
 pub const FROM_HEADER: &str = "x-turnstile-from";
 /// Header carrying the sender's cluster id, when it knows one.
@@ -36,6 +38,10 @@ pub const BINCODE_CONTENT_TYPE: &str = "application/x-turnstile-bincode";
 
 /// How long to wait for a TCP connection to a peer.
 const CONNECT_TIMEOUT_MS: u64 = 300;
+
+/// Largest peer reply read. Replies are small (votes, append results, read answers of at most
+/// a few MiB); a peer sending more is cut off rather than buffered.
+pub const PEER_REPLY_BYTES_MAX: usize = 32 * 1024 * 1024;
 
 /// A peer RPC failure, as the network sees it.
 #[derive(Debug, thiserror::Error)]
@@ -60,6 +66,12 @@ pub enum PeerError {
         status: u16,
         body: String,
     },
+    /// The reply lacked a valid reply MAC: whatever answered does not hold the cluster secret
+    /// (or is not a Turnstile node of this cluster). Its body is neither decoded nor quoted.
+    #[error("peer {peer} answered HTTP {status} without proving it holds the cluster secret; its reply was discarded")]
+    Unproven { peer: NodeId, status: u16 },
+    #[error("peer {peer} sent a reply over {max} bytes")]
+    ReplyTooLarge { peer: NodeId, max: usize },
     #[error("peer {peer} sent a body that does not decode: {source}")]
     Decode {
         peer: NodeId,
@@ -80,12 +92,21 @@ impl PeerError {
 #[derive(Debug, Clone)]
 pub struct PeerIdentity {
     pub node_id: NodeId,
-    pub secret: Arc<str>,
+    /// The cluster secret as an HMAC key; it is never sent.
+    pub key: PeerKey,
     /// Filled in once the replicated cluster id is known.
     pub cluster_id: Arc<RwLock<Option<String>>>,
 }
 
 impl PeerIdentity {
+    pub fn new(node_id: NodeId, secret: &str) -> PeerIdentity {
+        PeerIdentity {
+            node_id,
+            key: PeerKey::new(secret),
+            cluster_id: Default::default(),
+        }
+    }
+
     pub fn cluster_id(&self) -> Option<String> {
         self.cluster_id.read().ok().and_then(|c| c.clone())
     }
@@ -122,27 +143,37 @@ impl PeerClient {
         &self.faults
     }
 
-    /// Starts a request to `peer` at `addr` with the identity headers set, or fails at once if
-    /// the link is cut.
+    /// Starts a signed `POST path` of `body` to `peer` at `addr`, or fails at once if the link
+    /// is cut. Returns the builder and the request's MAC, which the reply's MAC must cover.
     pub fn request(
         &self,
-        method: reqwest::Method,
         peer: NodeId,
         addr: &str,
         path: &str,
-    ) -> Result<reqwest::RequestBuilder, PeerError> {
+        body: Vec<u8>,
+    ) -> Result<(reqwest::RequestBuilder, String), PeerError> {
         if self.faults.is_blocked(peer) {
             return Err(PeerError::Blocked { peer });
         }
+        let cluster_id = self.identity.cluster_id();
+        let head = RequestHead {
+            method: "POST",
+            path,
+            from: self.identity.node_id,
+            cluster_id: cluster_id.as_deref().unwrap_or(""),
+        };
+        let mac = self.identity.key.sign_request(&head, &body);
         let mut rb = self
             .http
-            .request(method, format!("http://{addr}{path}"))
-            .header(SECRET_HEADER, &*self.identity.secret)
-            .header(FROM_HEADER, self.identity.node_id);
-        if let Some(cid) = self.identity.cluster_id() {
+            .post(format!("http://{addr}{path}"))
+            .header(FROM_HEADER, self.identity.node_id)
+            .header(AUTH_HEADER, &mac)
+            .header(reqwest::header::CONTENT_TYPE, BINCODE_CONTENT_TYPE)
+            .body(body);
+        if let Some(cid) = cluster_id {
             rb = rb.header(CLUSTER_ID_HEADER, cid);
         }
-        Ok(rb)
+        Ok((rb, mac))
     }
 
     /// Sends a request and maps transport failures to [`PeerError`].
@@ -181,17 +212,26 @@ impl PeerClient {
         Resp: DeserializeOwned,
     {
         let body = codec::encode(req).map_err(|source| PeerError::Decode { peer, source })?;
-        let rb = self
-            .request(reqwest::Method::POST, peer, addr, path)?
-            .header(reqwest::header::CONTENT_TYPE, BINCODE_CONTENT_TYPE)
-            .timeout(timeout)
-            .body(body);
-        let resp = self.send(peer, rb).await?;
+        let (rb, request_mac) = self.request(peer, addr, path, body)?;
+        let resp = self.send(peer, rb.timeout(timeout)).await?;
         let status = resp.status();
-        let bytes = resp
-            .bytes()
-            .await
-            .map_err(|source| PeerError::Http { peer, source })?;
+        let reply_mac = resp
+            .headers()
+            .get(REPLY_AUTH_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let bytes = read_bounded(peer, resp).await?;
+        let proven = reply_mac.is_some_and(|mac| {
+            self.identity
+                .key
+                .verify_reply(&request_mac, status.as_u16(), &bytes, &mac)
+        });
+        if !proven {
+            return Err(PeerError::Unproven {
+                peer,
+                status: status.as_u16(),
+            });
+        }
         if !status.is_success() {
             let body = String::from_utf8_lossy(&bytes).chars().take(200).collect();
             return Err(PeerError::Refused {
@@ -204,6 +244,34 @@ impl PeerClient {
             codec::decode(&bytes).map_err(|source| PeerError::Decode { peer, source })?;
         result.map_err(|message| PeerError::Remote { peer, message })
     }
+}
+
+/// Reads a reply body, giving up past [`PEER_REPLY_BYTES_MAX`] without buffering the rest.
+async fn read_bounded(peer: NodeId, mut resp: reqwest::Response) -> Result<Vec<u8>, PeerError> {
+    if resp
+        .content_length()
+        .is_some_and(|len| len > PEER_REPLY_BYTES_MAX as u64)
+    {
+        return Err(PeerError::ReplyTooLarge {
+            peer,
+            max: PEER_REPLY_BYTES_MAX,
+        });
+    }
+    let mut bytes = Vec::new();
+    while let Some(chunk) = resp
+        .chunk()
+        .await
+        .map_err(|source| PeerError::Http { peer, source })?
+    {
+        if bytes.len() + chunk.len() > PEER_REPLY_BYTES_MAX {
+            return Err(PeerError::ReplyTooLarge {
+                peer,
+                max: PEER_REPLY_BYTES_MAX,
+            });
+        }
+        bytes.extend_from_slice(&chunk);
+    }
+    Ok(bytes)
 }
 
 /// Creates one [`PeerNetwork`] per target; all share the node's [`PeerClient`].
@@ -242,6 +310,7 @@ fn to_rpc_error(e: PeerError) -> RPCError<TypeConfig> {
         PeerError::Blocked { .. }
         | PeerError::Connect { .. }
         | PeerError::Refused { .. }
+        | PeerError::Unproven { .. }
         | PeerError::Remote { .. } => RPCError::Unreachable(Unreachable::new(&e)),
         _ => RPCError::Network(NetworkError::new(&e)),
     }

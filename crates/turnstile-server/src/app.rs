@@ -26,6 +26,8 @@ pub struct App {
     pub wall: WallClock,
     pub(crate) log_stats: Box<dyn Fn() -> SyncStats + Send + Sync>,
     pub stats: ApiStats,
+    /// Refused callers, counted and logged at a bounded rate.
+    pub denials: crate::denials::Denials,
     /// Queued acquires whose HTTP request this node holds.
     pub waiters: Arc<WaiterRegistry>,
     waiter_seq: std::sync::atomic::AtomicU64,
@@ -62,6 +64,7 @@ impl App {
             wall: WallClock::default(),
             log_stats,
             stats: ApiStats::default(),
+            denials: Default::default(),
             waiters,
             waiter_seq: Default::default(),
             stopping: tokio::sync::watch::channel(false).0,

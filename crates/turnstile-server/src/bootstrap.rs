@@ -26,19 +26,13 @@ use crate::peer_api::{PeerStatus, IDENTITY_PATH};
 /// How often an undecided node asks its peers again.
 const PROBE_INTERVAL_MS: u64 = 200;
 
-/// Asks one peer where it stands; `None` if it cannot be reached.
+/// Asks one peer where it stands; `None` if it cannot be reached or does not prove it holds
+/// the cluster secret.
 pub async fn probe(peers: &PeerClient, peer: u64, addr: &str) -> Option<PeerStatus> {
-    let rb = peers
-        .request(reqwest::Method::GET, peer, addr, IDENTITY_PATH)
-        .ok()?;
-    let resp = peers
-        .send(peer, rb.timeout(Duration::from_millis(1_000)))
+    peers
+        .rpc::<(), PeerStatus>(peer, addr, IDENTITY_PATH, &(), Duration::from_millis(1_000))
         .await
-        .ok()?;
-    if !resp.status().is_success() {
-        return None;
-    }
-    resp.json().await.ok()
+        .ok()
 }
 
 /// Drives an `Empty` or `Forming` node until the cluster is formed (or it must wait to be

@@ -23,6 +23,7 @@ pub mod bootstrap;
 pub mod bugs;
 pub mod clock;
 pub mod config;
+pub mod denials;
 pub mod drain;
 pub mod driver;
 pub mod error;

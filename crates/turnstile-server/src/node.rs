@@ -132,11 +132,8 @@ pub async fn start(
     let phase = initial_phase(&cfg, stored.as_ref(), has_state)?;
 
     let cluster_id = stored.as_ref().and_then(|i| i.cluster_id.clone());
-    let identity = PeerIdentity {
-        node_id: cfg.id,
-        secret: cfg.cluster_secret.clone().into(),
-        cluster_id: Arc::new(RwLock::new(cluster_id.clone())),
-    };
+    let mut identity = PeerIdentity::new(cfg.id, &cfg.cluster_secret);
+    identity.cluster_id = Arc::new(RwLock::new(cluster_id.clone()));
     let peers = PeerClient::new(identity, faults)?;
     if let Some(ours) = cluster_id {
         check_peers_cluster(&cfg, &peers, &ours).await?;

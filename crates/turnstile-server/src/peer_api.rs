@@ -1,23 +1,27 @@
-//! `/raft/*`: the peer API. Every call must carry the cluster secret; a call from another
-//! cluster, or across a fault-injected cut, is refused before any handler runs. A node that
-//! may not vote (empty or awaiting re-admission) refuses vote requests.
+//! `/raft/*`: the peer API. Every call must carry a valid HMAC keyed by the cluster secret
+//! (`turnstile_raft::peer_auth`); a call without one, from another cluster, or across a
+//! fault-injected cut, is refused before any handler runs, and every reply to an
+//! authenticated call is signed back. Bodies are read up to [`PEER_BODY_BYTES_MAX`] and
+//! decoded with bounded allocation (`turnstile_core::codec::decode`). A node that may not vote
+//! (empty or awaiting re-admission) refuses vote requests.
 
 use std::io::Cursor;
 use std::sync::Arc;
 
-use axum::body::Bytes;
+use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::routing::post;
+use axum::Router;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use turnstile_core::codec;
 use turnstile_raft::network::{
-    SnapshotRequest, BINCODE_CONTENT_TYPE, CLUSTER_ID_HEADER, FROM_HEADER, SECRET_HEADER,
+    SnapshotRequest, BINCODE_CONTENT_TYPE, CLUSTER_ID_HEADER, FROM_HEADER,
 };
+use turnstile_raft::peer_auth::{RequestHead, AUTH_HEADER, REPLY_AUTH_HEADER};
 use turnstile_raft::types::Snapshot;
 
 use crate::app::App;
@@ -53,54 +57,103 @@ pub fn router(app: Arc<App>) -> Router {
         .route(MEMBER_PATH, post(member))
         .route(ADMIT_PATH, post(admit))
         .route(PREPARE_JOIN_PATH, post(prepare_join))
-        .route(IDENTITY_PATH, get(identity))
+        .route(IDENTITY_PATH, post(identity))
         .layer(middleware::from_fn_with_state(app.clone(), gate))
         .layer(axum::extract::DefaultBodyLimit::max(PEER_BODY_BYTES_MAX))
         .with_state(app)
 }
 
-/// Refuses calls without the secret (401), from another cluster (409), or across a cut (503).
-async fn gate(
-    State(app): State<Arc<App>>,
-    headers: HeaderMap,
-    req: Request,
-    next: Next,
-) -> Response {
-    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
-    if header(SECRET_HEADER) != Some(&*app.peers.identity().secret) {
-        tracing::warn!(path = %req.uri().path(), "peer RPC without the cluster secret refused");
-        return (StatusCode::UNAUTHORIZED, "missing or wrong cluster secret").into_response();
+/// Largest reply the gate signs; a reply is buffered whole to be signed. Our replies are small
+/// (the largest is a lock view with its waiters).
+const PEER_REPLY_SIGN_BYTES_MAX: usize = 64 * 1024 * 1024;
+
+fn refuse(status: StatusCode, message: &'static str) -> Response {
+    (status, message).into_response()
+}
+
+/// Refuses calls without a valid MAC (401), from another cluster (409), or across a cut
+/// (503); signs the reply of every call it lets through.
+async fn gate(State(app): State<Arc<App>>, req: Request, next: Next) -> Response {
+    let (parts, body) = req.into_parts();
+    let body = match axum::body::to_bytes(body, PEER_BODY_BYTES_MAX).await {
+        Ok(b) => b,
+        Err(_) => {
+            return refuse(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "peer body too large or cut off",
+            )
+        }
+    };
+    let header = |name: &str| parts.headers.get(name).and_then(|v| v.to_str().ok());
+    let path = parts.uri.path().to_owned();
+    let from = header(FROM_HEADER).and_then(|v| v.parse::<u64>().ok());
+    let theirs = header(CLUSTER_ID_HEADER).unwrap_or("");
+    let Some(mac) = header(AUTH_HEADER).map(str::to_owned) else {
+        app.denials.peer(&path, from, "no peer MAC");
+        return refuse(StatusCode::UNAUTHORIZED, "peer call without a MAC");
+    };
+    let identity = app.peers.identity();
+    let head = RequestHead {
+        method: parts.method.as_str(),
+        path: &path,
+        from: from.unwrap_or(0),
+        cluster_id: theirs,
+    };
+    if from.is_none() || !identity.key.verify_request(&head, &body, &mac) {
+        app.denials.peer(&path, from, "wrong peer MAC");
+        return refuse(
+            StatusCode::UNAUTHORIZED,
+            "peer MAC does not verify: wrong cluster secret",
+        );
     }
     // `/raft/identity` answers anyone with the secret, so a node of another cluster can learn
-    // that it is foreign and refuse to start.
-    let is_identity = req.uri().path() == IDENTITY_PATH;
-    if let (Some(theirs), Some(ours), false) = (
-        header(CLUSTER_ID_HEADER),
-        app.peers.identity().cluster_id(),
-        is_identity,
-    ) {
-        if theirs != ours {
-            tracing::warn!(theirs, ours, "peer RPC from another cluster refused");
-            return (StatusCode::CONFLICT, "peer belongs to another cluster").into_response();
+    // that it is foreign and refuse to start. Every other call must name our cluster once we
+    // know it: a missing id is refused like a wrong one.
+    if path != IDENTITY_PATH {
+        if let Some(ours) = identity.cluster_id() {
+            if theirs != ours {
+                tracing::warn!(theirs, ours, "peer RPC from another cluster refused");
+                return sign(
+                    &app,
+                    &mac,
+                    refuse(StatusCode::CONFLICT, "peer belongs to another cluster"),
+                )
+                .await;
+            }
         }
     }
-    let path = req.uri().path();
     if (path == "/raft/append" || path == "/raft/snapshot") && !app.phase().may_replicate() {
-        return (
+        let refused = refuse(
             StatusCode::SERVICE_UNAVAILABLE,
             "not accepting log entries: node awaits re-admission",
-        )
-            .into_response();
+        );
+        return sign(&app, &mac, refused).await;
     }
-    let from = header(FROM_HEADER).and_then(|v| v.parse::<u64>().ok());
     if from.is_some_and(|f| app.peers.faults().is_blocked(f)) {
-        return (
+        return refuse(
             StatusCode::SERVICE_UNAVAILABLE,
             "link cut by fault injection",
-        )
-            .into_response();
+        );
     }
-    next.run(req).await
+    let resp = next.run(Request::from_parts(parts, Body::from(body))).await;
+    sign(&app, &mac, resp).await
+}
+
+/// Adds the reply MAC: proof to the caller that this answer comes from a holder of the secret.
+async fn sign(app: &App, request_mac: &str, resp: Response) -> Response {
+    let (mut parts, body) = resp.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, PEER_REPLY_SIGN_BYTES_MAX).await else {
+        return refuse(StatusCode::INTERNAL_SERVER_ERROR, "reply too large to sign");
+    };
+    let mac = app
+        .peers
+        .identity()
+        .key
+        .sign_reply(request_mac, parts.status.as_u16(), &bytes);
+    if let Ok(value) = HeaderValue::from_str(&mac) {
+        parts.headers.insert(REPLY_AUTH_HEADER, value);
+    }
+    Response::from_parts(parts, Body::from(bytes))
 }
 
 fn decode<T: DeserializeOwned>(body: &Bytes) -> Result<T, Box<Response>> {
@@ -222,10 +275,10 @@ async fn prepare_join(State(app): State<Arc<App>>) -> Response {
     reply(result)
 }
 
-async fn identity(State(app): State<Arc<App>>) -> Json<PeerStatus> {
-    Json(PeerStatus {
+async fn identity(State(app): State<Arc<App>>) -> Response {
+    reply::<_, String>(Ok(PeerStatus {
         node_id: app.node_id(),
         cluster_id: app.peers.identity().cluster_id(),
         phase: app.phase(),
-    })
+    }))
 }

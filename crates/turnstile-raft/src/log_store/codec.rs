@@ -75,17 +75,10 @@ pub(super) fn encode<T: Serialize>(value: &T) -> io::Result<Vec<u8>> {
 }
 
 /// Decodes a value and checks that it used every byte, so a value of another type or layout is
-/// caught here rather than later.
+/// caught here rather than later. Bounded like every decode (`turnstile_core::codec::decode`):
+/// a damaged length prefix on disk is an error, not an allocation of what it claims.
 pub(super) fn decode<T: DeserializeOwned>(bytes: &[u8]) -> io::Result<T> {
-    let (value, used) = bincode::serde::decode_from_slice(bytes, bincode::config::standard())
-        .map_err(|err| io::Error::new(io::ErrorKind::InvalidData, err))?;
-    if used != bytes.len() {
-        return Err(invalid_data(format!(
-            "decoded {used} of {} bytes",
-            bytes.len()
-        )));
-    }
-    Ok(value)
+    turnstile_core::codec::decode(bytes).map_err(|err| invalid_data(err.to_string()))
 }
 
 pub(super) fn invalid_data(msg: String) -> io::Error {

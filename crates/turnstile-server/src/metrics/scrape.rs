@@ -42,6 +42,11 @@ pub fn sampled(app: &App, log: &SyncStatsHandle) -> Registry {
         ConstCounter::new(fenced),
     );
     r.register(
+        "auth_denials",
+        "Calls this node refused for missing or wrong credentials (peer calls without a valid MAC); node-local",
+        ConstCounter::new(app.denials.total()),
+    );
+    r.register(
         "waiting_requests",
         "Queued acquires whose HTTP request this node holds open; node-local",
         ConstGauge::new(app.waiters.len() as u64),
