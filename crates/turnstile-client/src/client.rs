@@ -52,6 +52,8 @@ pub struct Client {
     pub(crate) http: reqwest::Client,
     pub(crate) endpoints: Arc<Endpoints>,
     pub(crate) config: ClientConfig,
+    /// Answered request ids to acknowledge; shared by clones.
+    pub(crate) acks: Arc<crate::acks::PendingAcks>,
 }
 
 /// The answer of `GET /v1/counters/{name}`.
@@ -78,6 +80,7 @@ impl Client {
             http,
             endpoints: Arc::new(Endpoints::new(endpoints)?),
             config,
+            acks: Default::default(),
         })
     }
 

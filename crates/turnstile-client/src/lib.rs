@@ -9,6 +9,8 @@
 //!   deadline. The server applies it at most once.
 //! - [`Error`] (`error.rs`): one variant per server code; [`Error::Indeterminate`] is the
 //!   outcome-unknown answer, never folded into a failure.
+//! - `acks.rs`: answered request ids, acknowledged on the next requests so the server can
+//!   forget their records at once.
 //! - `admin.rs`: operator calls on [`Client`]: membership, snapshots, backups.
 //! - [`Watch`] (`watch.rs`, `sse.rs`): a server-sent-events stream that resumes by itself with
 //!   `Last-Event-ID`.
@@ -33,6 +35,7 @@
 //! # Ok(()) }
 //! ```
 
+mod acks;
 mod admin;
 mod client;
 mod endpoints;

@@ -173,6 +173,26 @@ impl Client {
     where
         D: Fn(&str, &[u8]) -> Result<T, Error>,
     {
+        let result = self.retry_loop(req, deadline, decode).await;
+        // Answered, one way or the other: the server may forget the record. An indeterminate
+        // write is not acknowledged: the caller may still resend it to learn its outcome.
+        if let Some(id) = &req.request_id {
+            if !matches!(&result, Err(e) if e.is_indeterminate()) {
+                self.acks.push(id.clone());
+            }
+        }
+        result
+    }
+
+    async fn retry_loop<T, D>(
+        &self,
+        req: &Prepared<T>,
+        deadline: Instant,
+        decode: D,
+    ) -> Result<T, Error>
+    where
+        D: Fn(&str, &[u8]) -> Result<T, Error>,
+    {
         let mut backoff = Backoff::new();
         let mut uncertain = false;
         loop {
@@ -241,7 +261,21 @@ impl Client {
         if let Some(body) = &req.body {
             rb = rb.json(body);
         }
-        let resp = rb.send().await.map_err(|e| transport(url, &e))?;
+        let acks = self.acks.take();
+        if let Some((_, header)) = &acks {
+            rb = rb.header(crate::acks::ACK_HEADER, header);
+        }
+        let resp = match rb.send().await {
+            Ok(resp) => resp,
+            Err(e) => {
+                // Maybe not delivered: send them again with the next request (acknowledging
+                // an id twice is harmless).
+                if let Some((ids, _)) = acks {
+                    self.acks.restore(ids);
+                }
+                return Err(transport(url, &e));
+            }
+        };
         let status = resp.status().as_u16();
         let bytes = resp.bytes().await.map_err(|e| transport(url, &e))?;
         if (200..300).contains(&status) {

@@ -179,3 +179,61 @@ async fn a_lost_answer_is_indeterminate_and_resolved_by_resending() -> anyhow::R
     c.shutdown().await;
     Ok(())
 }
+
+/// Request records stay bounded for a client that runs for ever: the client acknowledges every
+/// answered request id, so after 300 acquire/release cycles on one long-lived lease the
+/// cluster keeps no record of them. The negative control is the same loop sent without
+/// acknowledgments (plain HTTP with request ids): its 600 records stay, on the window.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acknowledged_answers_leave_no_records_behind() -> anyhow::Result<()> {
+    const CYCLES: usize = 300;
+    let c = Cluster::start(3).await?;
+    let leader = c.leader().await?;
+    let client = common::client(
+        c.addrs.values().map(|a| a.to_string()).collect(),
+        Duration::from_secs(7),
+    )?;
+    let records = |v: &serde_json::Value, place: &str| {
+        v["request_records"][place].as_u64().unwrap_or(u64::MAX)
+    };
+    let lease = client.grant_lease(Duration::from_secs(600)).await?;
+    for _ in 0..CYCLES {
+        let g = client.acquire("acked", try_acquire(lease.lease_id)).await?;
+        client.release("acked", g.token, lease.lease_id).await?;
+    }
+    // The last answers' ids go out with the next request; any read carries them.
+    client.locks("acked").await?;
+    let v = turnstile_tests::wait_for("the acknowledged records to go", || async {
+        let v = c.status(leader).await.ok()?;
+        (records(&v, "total") <= 2).then_some(v)
+    })
+    .await?;
+    assert_eq!(records(&v, "pinned"), 0, "{}", v["request_records"]);
+
+    // Control: the same loop without acknowledgments keeps every record for its window.
+    let http = reqwest::Client::new();
+    for i in 0..CYCLES {
+        let (code, g) = c
+            .post(
+                leader,
+                "/v1/locks/unacked/acquire",
+                serde_json::json!({"lease_id": lease.lease_id, "wait_ms": 0, "request_id": format!("u-acq-{i}")}),
+            )
+            .await?;
+        assert_eq!(code, 200, "{g}");
+        let resp = http
+            .post(c.url(leader, "/v1/locks/unacked/release"))
+            .json(&serde_json::json!({"lease_id": lease.lease_id, "token": g["token"], "request_id": format!("u-rel-{i}")}))
+            .send()
+            .await?;
+        assert_eq!(resp.status().as_u16(), 200);
+    }
+    let v = c.status(leader).await?;
+    assert!(
+        records(&v, "windowed") >= 2 * CYCLES as u64,
+        "{}",
+        v["request_records"]
+    );
+    c.shutdown().await;
+    Ok(())
+}

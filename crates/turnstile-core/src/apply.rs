@@ -14,7 +14,7 @@ use crate::events::{Event, ReleaseCause};
 use crate::limits;
 use crate::locks::{AcquireReq, Ctx};
 use crate::response::{ApplyError, KeepaliveResult, Notice, Outcome, Response};
-use crate::state::{KeyRecord, Lease, RequestRecord, State};
+use crate::state::{KeyRecord, Lease, State};
 
 type ApplyResult = Result<Outcome, ApplyError>;
 
@@ -159,6 +159,7 @@ impl State {
                 fence,
             } => self.kv_delete(index, key, condition.as_ref(), fence.as_ref()),
             Command::CounterIncr { name, by } => self.counter_incr(name, *by),
+            Command::Ack { request_ids } => Ok(self.ack(request_ids)),
         }
     }
 
@@ -431,8 +432,8 @@ impl State {
     }
 
     /// Ends a lease: fails its queued waits with `lease_not_found`, frees its locks (handing
-    /// them to live waiters), deletes its keys, and moves its request records onto the expiry
-    /// window so a retry shortly after still sees the first outcome.
+    /// them to live waiters), deletes its keys, and moves the request records it pinned onto
+    /// the retry window so a retry shortly after still sees the first outcome.
     fn end_lease(&mut self, ctx: &mut Ctx<'_>, lease_id: u64, cause: ReleaseCause) {
         let Some(lease) = self.leases.get(&lease_id) else {
             return;
@@ -473,15 +474,8 @@ impl State {
             self.keys.remove(key);
             self.push_event(ctx.index, Event::Delete { key: key.clone() });
         }
-        let expires_ms = self
-            .sm_time_ms
-            .saturating_add(limits::REQUEST_RECORD_WINDOW_MS);
-        for request_id in lease.request_ids {
-            if let Some(record) = self.requests.get_mut(&request_id) {
-                record.lease_id = None;
-                record.expires_ms = Some(expires_ms);
-                self.request_expiries.insert((expires_ms, request_id));
-            }
+        for request_id in &lease.request_ids {
+            self.unpin_record(request_id);
         }
     }
 
@@ -500,53 +494,6 @@ impl State {
         );
         true
     }
-
-    fn record_request(
-        &mut self,
-        request_id: &str,
-        sha: [u8; 32],
-        cmd: &Command,
-        response: &Response,
-    ) {
-        let live_lease = match cmd {
-            // A granted lease's own grant record lives as long as the lease.
-            Command::LeaseGrant { .. } => response.outcome.as_ref().ok().map(|_| response.revision),
-            _ => cmd.concerned_lease(),
-        }
-        .filter(|&id| self.leases.contains_key(&id));
-        let mut record = RequestRecord {
-            command_sha256: sha,
-            response: response.clone(),
-            lease_id: None,
-            expires_ms: None,
-        };
-        match live_lease.and_then(|id| self.leases.get_mut(&id).map(|l| (id, l))) {
-            Some((id, lease)) => {
-                lease.request_ids.insert(request_id.to_string());
-                record.lease_id = Some(id);
-            }
-            None => {
-                let expires_ms = self
-                    .sm_time_ms
-                    .saturating_add(limits::REQUEST_RECORD_WINDOW_MS);
-                record.expires_ms = Some(expires_ms);
-                self.request_expiries
-                    .insert((expires_ms, request_id.to_string()));
-            }
-        }
-        self.requests.insert(request_id.to_string(), record);
-    }
-
-    fn expire_request_records(&mut self) {
-        while let Some((expires_ms, _)) = self.request_expiries.first() {
-            if *expires_ms > self.sm_time_ms {
-                break;
-            }
-            if let Some((_, request_id)) = self.request_expiries.pop_first() {
-                self.requests.remove(&request_id);
-            }
-        }
-    }
 }
 
 pub(crate) fn check_len(what: &str, s: &str, max: usize) -> Result<(), ApplyError> {
@@ -558,7 +505,7 @@ pub(crate) fn check_len(what: &str, s: &str, max: usize) -> Result<(), ApplyErro
     Ok(())
 }
 
-fn command_sha256(cmd: &Command) -> [u8; 32] {
+pub(crate) fn command_sha256(cmd: &Command) -> [u8; 32] {
     Sha256::digest(codec::encode_command(cmd)).into()
 }
 

@@ -424,3 +424,6 @@ fn cluster_id_is_set_once() {
         })
     );
 }
+
+#[path = "records_test.rs"]
+mod records_test;

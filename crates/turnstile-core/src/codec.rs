@@ -126,7 +126,8 @@ pub fn decode_state(bytes: &[u8]) -> Result<State, CodecError> {
             known: STATE_FORMAT_VERSION,
         });
     }
-    let frame: StateFrame<State> = decode(bytes)?;
+    let mut frame: StateFrame<State> = decode(bytes)?;
+    frame.state.rebuild_derived();
     Ok(frame.state)
 }
 

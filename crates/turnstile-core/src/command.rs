@@ -74,6 +74,10 @@ pub enum Command {
     Cancel { waiter_id: String },
     /// Fails a waiter chosen as a deadlock victim, only if it is still deadlocked at apply.
     AbortWaiter { waiter_id: String, cycle: Vec<u64> },
+    /// Clients have seen the answers to these requests and will not retry them: their
+    /// records go now instead of at the end of the retry window. Ids without a record are
+    /// ignored. Proposed by nodes in batches of what clients acknowledged.
+    Ack { request_ids: Vec<String> },
 }
 
 /// How a lock is held.
@@ -140,6 +144,7 @@ impl Command {
             Command::KvDelete { .. } => "kv_delete",
             Command::CounterIncr { .. } => "counter_incr",
             Command::Acquire { .. } => "acquire",
+            Command::Ack { .. } => "ack",
             Command::Cancel { .. } => "cancel",
             Command::AbortWaiter { .. } => "abort_waiter",
         }

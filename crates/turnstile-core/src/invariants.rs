@@ -1,7 +1,8 @@
 //! Cross-record invariants of [`State`]. Tests run `check_invariants` after every apply; a
 //! violation names the first broken rule so a failing property test points at the bug.
 
-use crate::state::State;
+use crate::response::Outcome;
+use crate::state::{RequestRecord, State};
 
 /// A broken invariant, in words.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -205,6 +206,14 @@ impl State {
                 self.request_expiries.len()
             ));
         }
+        let mut derived = self.clone();
+        derived.rebuild_derived();
+        if derived.grant_requests != self.grant_requests {
+            return fail(format!(
+                "grant index {:?} differs from the records' {:?}",
+                self.grant_requests, derived.grant_requests
+            ));
+        }
         for (rid, rec) in &self.requests {
             match (rec.lease_id, rec.expires_ms) {
                 (Some(id), None) => {
@@ -215,6 +224,13 @@ impl State {
                     {
                         return fail(format!(
                             "request {rid} bound to lease {id} that does not list it"
+                        ));
+                    }
+                    // Bounded by design: a pinned record stands for something live.
+                    if !self.pinned_record_is_live(rid, id, rec) {
+                        return fail(format!(
+                            "request {rid} is pinned to lease {id} but neither waits, holds nor granted it: {:?}",
+                            rec.response.outcome
                         ));
                     }
                 }
@@ -233,5 +249,29 @@ impl State {
             }
         }
         Ok(())
+    }
+
+    /// A pinned record is the lease's own grant, a queued wait, or a grant still held.
+    fn pinned_record_is_live(&self, rid: &str, lease_id: u64, rec: &RequestRecord) -> bool {
+        match &rec.response.outcome {
+            Ok(Outcome::LeaseGranted { lease_id: l, .. }) => *l == lease_id,
+            Ok(Outcome::Queued { .. }) => self.tickets.contains_key(rid),
+            Ok(Outcome::Granted {
+                names,
+                token,
+                lease_id: l,
+                ..
+            }) => {
+                *l == lease_id
+                    && names.iter().any(|n| {
+                        self.locks.get(n).is_some_and(|lock| {
+                            lock.holders
+                                .iter()
+                                .any(|h| h.lease_id == lease_id && h.token == *token)
+                        })
+                    })
+            }
+            _ => false,
+        }
     }
 }

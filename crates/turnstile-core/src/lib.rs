@@ -7,7 +7,8 @@
 //! - [`state`]: the replicated records (keys, leases, locks, counters, request records).
 //! - [`apply`]: `State::apply`, the only way state changes; `locks` is its lock engine
 //!   (modes, semaphores, queues, multi-lock), [`deadlock`] the wait-for graph, [`events`]
-//!   the replicated watch history.
+//!   the replicated watch history; `records` keeps request-id records bounded (pinned while
+//!   a hold or wait lives, then a retry window, or gone at once when acknowledged).
 //! - [`invariants`]: cross-record checks, run after every apply in tests.
 //! - [`codec`]: versioned bincode encodings of entries and state, and the state digest.
 //!
@@ -24,6 +25,7 @@ pub mod events;
 pub mod invariants;
 pub mod limits;
 mod locks;
+mod records;
 pub mod response;
 pub mod state;
 

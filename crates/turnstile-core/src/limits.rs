@@ -22,9 +22,13 @@ pub const REQUEST_ID_BYTES_MAX: usize = 128;
 pub const KEEPALIVE_LEASES_PER_ENTRY_MAX: usize = 1_024;
 /// Most leases named by one `Expire` entry.
 pub const EXPIRE_LEASES_PER_ENTRY_MAX: usize = 1_024;
-/// How long a request-id record outlives its request when it concerns no live lease: a retry
-/// within this window gets the first outcome; after it, the id may act again.
+/// How long a request-id record outlives its request once the request is finished (answered,
+/// and no longer holding or waiting for a lock): a retry within this window gets the first
+/// outcome; after it, the id may act again. A client that acknowledges the answer (`Ack`)
+/// lets the record go at once.
 pub const REQUEST_RECORD_WINDOW_MS: u64 = 10 * 60 * 1_000;
+/// Most request ids one `Ack` entry names.
+pub const ACKS_PER_ENTRY_MAX: usize = 4_096;
 /// Most leases alive at once; a grant past it fails with `limit_reached`.
 pub const LEASES_MAX: usize = 1_000_000;
 /// Most keys stored at once.

@@ -293,6 +293,7 @@ impl State {
         if let Some(lease) = self.leases.get_mut(&lease_id) {
             lease.locks.remove(name);
         }
+        self.hold_ended(name, lease_id, token);
         self.push_event(
             ctx.index,
             Event::LockReleased {
@@ -335,9 +336,7 @@ impl State {
             replayed: false,
             outcome,
         };
-        if let Some(record) = self.requests.get_mut(waiter_id) {
-            record.response = response.clone();
-        }
+        self.record_waiter_answer(waiter_id, &response);
         ctx.notices.push(Notice {
             waiter_id: waiter_id.to_string(),
             response,

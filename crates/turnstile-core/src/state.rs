@@ -28,8 +28,13 @@ pub struct State {
     pub tickets: BTreeMap<String, Ticket>,
     pub counters: BTreeMap<String, i64>,
     pub requests: BTreeMap<String, RequestRecord>,
-    /// `(expires_ms, request_id)` of records that no longer concern a live lease.
+    /// `(expires_ms, request_id)` of records on the retry window (finished requests).
     pub request_expiries: BTreeSet<(u64, String)>,
+    /// `(lease_id, token, request_id)` of every pinned acquire record whose grant is held, so
+    /// the release of a hold finds its record without a scan. Derived from `requests`: not
+    /// encoded, rebuilt by [`State::rebuild_derived`] after a decode.
+    #[serde(skip)]
+    pub grant_requests: BTreeSet<(u64, u64, String)>,
     /// Watch history by `(revision, seq)`, bounded by `WATCH_HISTORY_EVENTS_MAX`.
     pub events: BTreeMap<(u64, u32), Event>,
     /// Position of the newest event dropped from the history, if any.
@@ -59,7 +64,8 @@ pub struct Lease {
     pub tickets: BTreeSet<String>,
     /// Keys bound to this lease (deleted when it ends).
     pub keys: BTreeSet<String>,
-    /// Request-id records that live as long as this lease.
+    /// Request-id records pinned by this lease: its own grant's, and those of its acquires
+    /// that still wait or hold. They leave for the retry window when that ends.
     pub request_ids: BTreeSet<String>,
 }
 
@@ -106,7 +112,7 @@ pub struct RequestRecord {
     /// SHA-256 of the encoded command, to tell a retry from a different request.
     pub command_sha256: [u8; 32],
     pub response: Response,
-    /// Set while the record lives as long as a live lease.
+    /// Set while the record is pinned by a live lease (see `Lease::request_ids`).
     pub lease_id: Option<u64>,
     /// Set once the record is on the expiry window instead.
     pub expires_ms: Option<u64>,

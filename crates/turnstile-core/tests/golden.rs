@@ -166,6 +166,15 @@ fn sample_envelopes() -> Vec<(&'static str, Envelope)> {
                 },
             ),
         ),
+        (
+            "v1_ack",
+            env(
+                None,
+                Command::Ack {
+                    request_ids: vec!["req-1".into(), "req-2".into()],
+                },
+            ),
+        ),
     ]
 }
 

@@ -92,6 +92,7 @@ fn command() -> impl Strategy<Value = Command> {
         waiter().prop_map(|waiter_id| Command::Cancel { waiter_id }),
         (waiter(), prop::collection::vec(id(), 0..3))
             .prop_map(|(waiter_id, cycle)| Command::AbortWaiter { waiter_id, cycle }),
+        prop::collection::vec(waiter(), 0..3).prop_map(|request_ids| Command::Ack { request_ids }),
     ]
 }
 

@@ -28,6 +28,8 @@ pub struct App {
     pub stats: ApiStats,
     /// Refused callers, counted and logged at a bounded rate.
     pub denials: crate::denials::Denials,
+    /// Request ids clients acknowledged, waiting to be proposed (`crate::acks`).
+    pub acks: crate::acks::AckQueue,
     /// Queued acquires whose HTTP request this node holds.
     pub waiters: Arc<WaiterRegistry>,
     waiter_seq: std::sync::atomic::AtomicU64,
@@ -65,6 +67,7 @@ impl App {
             log_stats,
             stats: ApiStats::default(),
             denials: Default::default(),
+            acks: Default::default(),
             waiters,
             waiter_seq: Default::default(),
             stopping: tokio::sync::watch::channel(false).0,

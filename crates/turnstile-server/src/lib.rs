@@ -16,6 +16,7 @@
 //!   by this node.
 //! - [`metrics`]: `/metrics` (Prometheus), fed by apply, Raft, the log store and HTTP.
 
+pub mod acks;
 pub mod api;
 pub mod app;
 pub mod backup;

@@ -191,6 +191,7 @@ pub async fn start(
         server,
         tokio::spawn(driver::run(app.clone(), stop_rx.clone())),
         tokio::spawn(driver::run_deadlock_checks(app.clone(), stop_rx.clone())),
+        tokio::spawn(crate::acks::run_flush(app.clone(), stop_rx.clone())),
         metrics.spawn_raft_watch(app.raft.clone(), stop_rx.clone()),
         tokio::spawn(bootstrap::run(app.clone(), stop_rx)),
     ];

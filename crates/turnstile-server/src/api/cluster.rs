@@ -17,14 +17,20 @@ pub async fn cluster(State(app): State<Arc<App>>) -> Json<Value> {
     let m = app.raft.metrics().borrow_watched().clone();
     let members = crate::api::members::members_json(&app, &m);
     // Digest and applied index are read under one lock, so they describe the same state.
-    let (cluster_id, applied_index, state_digest, sm_time_ms) = {
+    let (cluster_id, applied_index, state_digest, sm_time_ms, records) = {
         let inner = app.sm.read();
         let s = &inner.state;
+        let windowed = s.request_expiries.len();
         (
             s.cluster_id.clone(),
             s.applied_index,
             codec::state_digest(s),
             s.sm_time_ms,
+            json!({
+                "total": s.requests.len(),
+                "pinned": s.requests.len().saturating_sub(windowed),
+                "windowed": windowed,
+            }),
         )
     };
     let log = app.log_sync_stats();
@@ -53,6 +59,8 @@ pub async fn cluster(State(app): State<Arc<App>>) -> Json<Value> {
             "acked_batches": log.acked_batches,
         },
         "fenced_rejections": app.stats.fenced_rejections.load(Ordering::Relaxed),
+        "request_records": records,
+        "acks_dropped": app.acks.dropped(),
     }))
 }
 

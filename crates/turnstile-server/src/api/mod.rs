@@ -49,6 +49,10 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/v1/counters/{name}", get(counters::get))
         .route("/v1/counters/{name}/incr", post(counters::incr))
         .route("/v1/watch", get(watch::watch))
+        .layer(middleware::from_fn_with_state(
+            app.clone(),
+            crate::acks::gather,
+        ))
         .layer(middleware::from_fn_with_state(app.clone(), serving_gate));
     Router::new()
         .merge(v1)

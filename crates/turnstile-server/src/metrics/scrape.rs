@@ -222,6 +222,19 @@ fn state_figures(r: &mut Registry, state: &State) {
         &format!("Live leases{same}"),
         state.leases.len() as u64,
     );
+    let windowed = state.request_expiries.len();
+    let records = Family::<[(&'static str, &'static str); 1], U64Gauge>::default();
+    records
+        .get_or_create(&[("place", "pinned")])
+        .set(state.requests.len().saturating_sub(windowed) as u64);
+    records
+        .get_or_create(&[("place", "windowed")])
+        .set(windowed as u64);
+    r.register(
+        "request_records",
+        format!("Request-id records kept: pinned by a live hold, wait or lease, or on the retry window{same}"),
+        records,
+    );
 }
 
 fn log_figures(r: &mut Registry, log: &SyncStatsHandle) {
