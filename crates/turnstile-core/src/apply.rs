@@ -130,6 +130,23 @@ impl State {
                 };
                 self.acquire(ctx, req)
             }
+            Command::AcquireFor {
+                names,
+                lease_id,
+                mode,
+                permits,
+                wait_ms,
+            } => {
+                let req = AcquireReq {
+                    names,
+                    lease_id: *lease_id,
+                    mode: *mode,
+                    permits: *permits,
+                    wait: *wait_ms > 0,
+                    waiter_id: request_id,
+                };
+                self.acquire(ctx, req)
+            }
             Command::LockRelease {
                 name,
                 lease_id,

@@ -78,6 +78,18 @@ pub enum Command {
     /// records go now instead of at the end of the retry window. Ids without a record are
     /// ignored. Proposed by nodes in batches of what clients acknowledged.
     Ack { request_ids: Vec<String> },
+    /// `Acquire` that also names how long the caller waits (`wait_ms`; 0 = try once). The
+    /// state machine acts exactly as for `Acquire { wait: wait_ms > 0 }`; carrying `wait_ms`
+    /// makes it part of the request's identity, so a request that reuses a queued acquire's
+    /// `request_id` with another `wait_ms` is refused as `request_id_reused` instead of
+    /// re-attaching to (and, on its own earlier timeout, cancelling) someone else's wait.
+    AcquireFor {
+        names: Vec<String>,
+        lease_id: u64,
+        mode: LockMode,
+        permits: Option<u32>,
+        wait_ms: u64,
+    },
 }
 
 /// How a lock is held.
@@ -123,6 +135,7 @@ impl Command {
             Command::LeaseRevoke { lease_id }
             | Command::LockAcquire { lease_id, .. }
             | Command::Acquire { lease_id, .. }
+            | Command::AcquireFor { lease_id, .. }
             | Command::LockRelease { lease_id, .. } => Some(*lease_id),
             Command::KvPut { lease_id, .. } => *lease_id,
             _ => None,
@@ -143,7 +156,7 @@ impl Command {
             Command::KvPut { .. } => "kv_put",
             Command::KvDelete { .. } => "kv_delete",
             Command::CounterIncr { .. } => "counter_incr",
-            Command::Acquire { .. } => "acquire",
+            Command::Acquire { .. } | Command::AcquireFor { .. } => "acquire",
             Command::Ack { .. } => "ack",
             Command::Cancel { .. } => "cancel",
             Command::AbortWaiter { .. } => "abort_waiter",

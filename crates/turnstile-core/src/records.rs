@@ -34,7 +34,9 @@ impl State {
                 Some(*lease_id)
             }
             (
-                Command::Acquire { lease_id, .. } | Command::LockAcquire { lease_id, .. },
+                Command::Acquire { lease_id, .. }
+                | Command::AcquireFor { lease_id, .. }
+                | Command::LockAcquire { lease_id, .. },
                 Ok(Outcome::Granted { .. } | Outcome::Queued { .. }),
             ) => Some(*lease_id),
             _ => None,

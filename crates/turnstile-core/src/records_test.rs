@@ -168,3 +168,48 @@ fn the_grant_index_survives_an_encode_and_decode() {
     let decoded = crate::codec::decode_state(&bytes).expect("decodes");
     assert_eq!(decoded, sm.state);
 }
+
+#[test]
+fn reusing_a_queued_acquires_id_with_another_wait_is_refused() {
+    let mut sm = Sm::new();
+    let a = sm.lease(0, 3_600_000);
+    let b = sm.lease(0, 3_600_000);
+    sm.at(1, acquire("x", a));
+    let wait = |wait_ms| Command::AcquireFor {
+        names: vec!["x".into()],
+        lease_id: b,
+        mode: LockMode::Exclusive,
+        permits: None,
+        wait_ms,
+    };
+    let first = sm.with_id(2, Some("w"), wait(30_000));
+    assert!(matches!(first.outcome, Ok(Outcome::Queued { .. })));
+    // The same request again re-attaches; another wait under the same id is refused.
+    assert!(sm.with_id(3, Some("w"), wait(30_000)).replayed);
+    let other = sm.with_id(3, Some("w"), wait(1));
+    assert!(
+        matches!(
+            other.outcome,
+            Err(crate::response::ApplyError::RequestIdReused { .. })
+        ),
+        "{other:?}"
+    );
+    assert!(sm.state.tickets.contains_key("w"));
+    // Control: `Acquire` does not carry the wait, so the same reuse passed for a retry and
+    // re-attached (which is how a shorter wait could cancel the first one's queue entry).
+    let old = |sm: &mut Sm| {
+        sm.with_id(
+            4,
+            Some("old"),
+            Command::Acquire {
+                names: vec!["x".into()],
+                lease_id: b,
+                mode: LockMode::Exclusive,
+                permits: None,
+                wait: true,
+            },
+        )
+    };
+    assert!(!old(&mut sm).replayed);
+    assert!(old(&mut sm).replayed);
+}

@@ -167,6 +167,19 @@ fn sample_envelopes() -> Vec<(&'static str, Envelope)> {
             ),
         ),
         (
+            "v1_acquire_for",
+            env(
+                Some("req-3"),
+                Command::AcquireFor {
+                    names: vec!["a".into(), "b".into()],
+                    lease_id: 3,
+                    mode: LockMode::Shared,
+                    permits: Some(2),
+                    wait_ms: 30_000,
+                },
+            ),
+        ),
+        (
             "v1_ack",
             env(
                 None,

@@ -93,6 +93,15 @@ fn command() -> impl Strategy<Value = Command> {
         (waiter(), prop::collection::vec(id(), 0..3))
             .prop_map(|(waiter_id, cycle)| Command::AbortWaiter { waiter_id, cycle }),
         prop::collection::vec(waiter(), 0..3).prop_map(|request_ids| Command::Ack { request_ids }),
+        (prop::collection::vec(name(), 1..3), id(), 0u64..3).prop_map(
+            |(names, lease_id, wait_ms)| Command::AcquireFor {
+                names,
+                lease_id,
+                mode: LockMode::Exclusive,
+                permits: None,
+                wait_ms,
+            }
+        ),
     ]
 }
 

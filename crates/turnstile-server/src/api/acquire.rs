@@ -83,12 +83,15 @@ pub async fn run(app: Arc<App>, args: AcquireArgs) -> Result<Written, ApiError> 
         (None, true) => Some(app.new_waiter_id()),
         (None, false) => None,
     };
-    let command = Command::Acquire {
+    // `wait_ms` travels in the command so that it is part of the request's identity: a reuse
+    // of a queued acquire's id with another `wait_ms` is `request_id_reused`, and cannot
+    // re-attach and then cancel the first requester's wait on its own, earlier, deadline.
+    let command = Command::AcquireFor {
         names: args.names,
         lease_id: args.lease_id,
         mode: args.mode,
         permits: args.permits,
-        wait,
+        wait_ms: args.wait_ms,
     };
     let (true, Some(waiter_id)) = (wait, waiter_id.clone()) else {
         return app.write(waiter_id, command).await;
