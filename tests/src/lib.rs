@@ -16,6 +16,7 @@ use turnstile_server::config::{format_initial_cluster, InitialClusterState, Serv
 use turnstile_server::node::{self, RunningNode};
 
 pub mod load;
+pub mod raw_http;
 
 /// How long any wait in the fixture may take before the test fails.
 pub const WAIT_MS_MAX: u64 = 20_000;

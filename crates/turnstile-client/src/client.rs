@@ -24,6 +24,9 @@ pub const REQUEST_TIMEOUT_MS_DEFAULT: u64 = 7_000;
 pub const RETRY_BUDGET_MS_DEFAULT: u64 = 10_000;
 /// TCP connect timeout: a dead endpoint is skipped quickly.
 pub const CONNECT_TIMEOUT_MS_DEFAULT: u64 = 1_000;
+/// How long an idle pooled connection is kept: below the node's default idle timeout (60 s),
+/// so the client drops it before the node closes it under a request.
+pub const POOL_IDLE_MS: u64 = 30_000;
 
 /// Timeouts of a [`Client`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -72,6 +75,7 @@ impl Client {
         let http = reqwest::Client::builder()
             .no_proxy()
             .connect_timeout(config.connect_timeout)
+            .pool_idle_timeout(Duration::from_millis(POOL_IDLE_MS))
             .build()
             .map_err(|e| Error::Config {
                 message: format!("cannot build the HTTP client: {e}"),

@@ -121,12 +121,18 @@ pub struct PeerClient {
 }
 
 impl PeerClient {
-    pub fn new(identity: PeerIdentity, faults: Faults) -> Result<PeerClient, reqwest::Error> {
+    /// `pool_idle` must be below the peers' own idle timeout, so that this side drops an idle
+    /// connection before the peer closes it and a request never goes out on one being closed.
+    pub fn new(
+        identity: PeerIdentity,
+        faults: Faults,
+        pool_idle: Duration,
+    ) -> Result<PeerClient, reqwest::Error> {
         let http = reqwest::Client::builder()
             .no_proxy()
             .tcp_nodelay(true)
             .connect_timeout(Duration::from_millis(CONNECT_TIMEOUT_MS))
-            .pool_idle_timeout(Duration::from_secs(90))
+            .pool_idle_timeout(pool_idle)
             .build()?;
         Ok(PeerClient {
             http,

@@ -31,6 +31,28 @@ pub const DEADLOCK_CHECK_MS_DEFAULT: u64 = 200;
 /// Most lock names `--metrics-lock-names` may give their own metric series: each name costs
 /// about 40 series (counters by cause, two histograms), so 1000 names is ~40k series.
 pub const METRICS_LOCK_NAMES_MAX: u32 = 1_000;
+/// Default time a client has to send a whole request head, counted from the accept (a new
+/// connection) or from the first byte of the head (a kept-alive one). An honest client sends
+/// a head in one write; ten seconds leaves room for a slow link, not for a trickle.
+pub const HTTP_HEADER_READ_TIMEOUT_MS_DEFAULT: u64 = 10_000;
+/// Default time a kept-alive connection may wait for its next request: far above the
+/// heartbeat, so the leader's connections to its followers (a heartbeat every 100 ms) stay
+/// open, and long enough that a client pool reuses its connections between bursts.
+pub const HTTP_IDLE_TIMEOUT_MS_DEFAULT: u64 = 60_000;
+/// Default longest gap between two pieces of a request body (not its total time: a large
+/// snapshot sent steadily is fine).
+pub const HTTP_BODY_TIMEOUT_MS_DEFAULT: u64 = 30_000;
+/// Default cap on open HTTP connections of one node (clients and peers together), far below
+/// a typical 64k file descriptor limit so sled and the peer client keep theirs.
+pub const HTTP_CONNECTIONS_MAX_DEFAULT: u32 = 4_096;
+/// Bounds of each HTTP timeout: below 100 ms an honest client on a busy link is cut; above
+/// an hour a connection is as good as never timed out.
+pub const HTTP_TIMEOUT_MS_MIN: u64 = 100;
+pub const HTTP_TIMEOUT_MS_MAX: u64 = 3_600_000;
+/// Lowest and highest accepted `--http-connections-max`: a node needs a few connections for
+/// its peers and an operator; a million is past any file descriptor limit worth having.
+pub const HTTP_CONNECTIONS_MAX_LOWEST: u32 = 8;
+pub const HTTP_CONNECTIONS_MAX_HIGHEST: u32 = 1_000_000;
 
 /// Which lease of a deadlock cycle loses its wait.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize, Default)]
@@ -116,6 +138,19 @@ pub struct ServeArgs {
     /// `name="_other"`); 0 (default) means no `name` label. At most 1000.
     #[arg(long, env = "TURNSTILE_METRICS_LOCK_NAMES")]
     pub metrics_lock_names: Option<u32>,
+    /// How long a client may take to send a request head (from accept, or from the first
+    /// byte on a kept-alive connection).
+    #[arg(long, env = "TURNSTILE_HTTP_HEADER_READ_TIMEOUT_MS")]
+    pub http_header_read_timeout_ms: Option<u64>,
+    /// How long a kept-alive connection may wait for its next request.
+    #[arg(long, env = "TURNSTILE_HTTP_IDLE_TIMEOUT_MS")]
+    pub http_idle_timeout_ms: Option<u64>,
+    /// Longest gap between two pieces of a request body.
+    #[arg(long, env = "TURNSTILE_HTTP_BODY_TIMEOUT_MS")]
+    pub http_body_timeout_ms: Option<u64>,
+    /// Most HTTP connections open at once (clients and peers); more are closed on accept.
+    #[arg(long, env = "TURNSTILE_HTTP_CONNECTIONS_MAX")]
+    pub http_connections_max: Option<u32>,
     /// Test-only hooks (wall-clock offset). Never enable in production.
     #[arg(long, env = "TURNSTILE_ENABLE_TEST_HOOKS", hide = true)]
     pub enable_test_hooks: bool,
@@ -144,6 +179,10 @@ struct FileConfig {
     deadlock_check_ms: Option<u64>,
     deadlock_victim: Option<DeadlockVictim>,
     metrics_lock_names: Option<u32>,
+    http_header_read_timeout_ms: Option<u64>,
+    http_idle_timeout_ms: Option<u64>,
+    http_body_timeout_ms: Option<u64>,
+    http_connections_max: Option<u32>,
 }
 
 /// A validated node configuration.
@@ -166,6 +205,11 @@ pub struct NodeConfig {
     pub deadlock_victim: DeadlockVictim,
     /// Lock names with their own metric series (0: none); see `metrics::labels::NameCap`.
     pub metrics_lock_names: u32,
+    /// HTTP server limits; see `crate::http_server`.
+    pub http_header_read_timeout_ms: u64,
+    pub http_idle_timeout_ms: u64,
+    pub http_body_timeout_ms: u64,
+    pub http_connections_max: u32,
     pub enable_test_hooks: bool,
     pub check_invariants: bool,
     /// Test-only broken behaviour (`TURNSTILE_BUGS`); all off unless the harness asks.
@@ -262,6 +306,22 @@ impl ServeArgs {
                 .metrics_lock_names
                 .or(file.metrics_lock_names)
                 .unwrap_or(0),
+            http_header_read_timeout_ms: self
+                .http_header_read_timeout_ms
+                .or(file.http_header_read_timeout_ms)
+                .unwrap_or(HTTP_HEADER_READ_TIMEOUT_MS_DEFAULT),
+            http_idle_timeout_ms: self
+                .http_idle_timeout_ms
+                .or(file.http_idle_timeout_ms)
+                .unwrap_or(HTTP_IDLE_TIMEOUT_MS_DEFAULT),
+            http_body_timeout_ms: self
+                .http_body_timeout_ms
+                .or(file.http_body_timeout_ms)
+                .unwrap_or(HTTP_BODY_TIMEOUT_MS_DEFAULT),
+            http_connections_max: self
+                .http_connections_max
+                .or(file.http_connections_max)
+                .unwrap_or(HTTP_CONNECTIONS_MAX_DEFAULT),
             enable_test_hooks: self.enable_test_hooks,
             check_invariants: self.check_invariants,
             bugs: crate::bugs::Bugs::default(),
@@ -355,6 +415,38 @@ impl NodeConfig {
                 "metrics-lock-names must be at most {METRICS_LOCK_NAMES_MAX}"
             ));
         }
+        self.validate_http()
+    }
+
+    fn validate_http(&self) -> Result<(), ConfigError> {
+        let timeouts = [
+            (
+                "http-header-read-timeout-ms",
+                self.http_header_read_timeout_ms,
+            ),
+            ("http-idle-timeout-ms", self.http_idle_timeout_ms),
+            ("http-body-timeout-ms", self.http_body_timeout_ms),
+        ];
+        for (name, ms) in timeouts {
+            if !(HTTP_TIMEOUT_MS_MIN..=HTTP_TIMEOUT_MS_MAX).contains(&ms) {
+                return Err(ConfigError::Invalid(format!(
+                    "{name} must be within {HTTP_TIMEOUT_MS_MIN}..={HTTP_TIMEOUT_MS_MAX}"
+                )));
+            }
+        }
+        // Peers send a heartbeat every `heartbeat-ms` on a kept-alive connection; an idle
+        // timeout near it would close and reopen peer connections all the time.
+        if self.http_idle_timeout_ms < self.heartbeat_ms.saturating_mul(10) {
+            return Err(ConfigError::Invalid(
+                "http-idle-timeout-ms must be at least ten heartbeat-ms".into(),
+            ));
+        }
+        let connections = HTTP_CONNECTIONS_MAX_LOWEST..=HTTP_CONNECTIONS_MAX_HIGHEST;
+        if !connections.contains(&self.http_connections_max) {
+            return Err(ConfigError::Invalid(format!(
+                "http-connections-max must be within {HTTP_CONNECTIONS_MAX_LOWEST}..={HTTP_CONNECTIONS_MAX_HIGHEST}"
+            )));
+        }
         Ok(())
     }
 
@@ -433,5 +525,57 @@ mod tests {
             resolved(Some(METRICS_LOCK_NAMES_MAX + 1)),
             Err(ConfigError::Invalid(_))
         ));
+    }
+
+    #[test]
+    fn http_limits_have_defaults_and_bounds() {
+        let args = ServeArgs {
+            id: Some(1),
+            listen: Some("127.0.0.1:1".parse().expect("addr")),
+            data_dir: Some("/tmp/x".into()),
+            initial_cluster: Some("1=127.0.0.1:1".into()),
+            cluster_secret: Some("0123456789".into()),
+            ..ServeArgs::default()
+        };
+        let cfg = args.clone().resolve().expect("defaults are valid");
+        assert_eq!(
+            (
+                cfg.http_header_read_timeout_ms,
+                cfg.http_idle_timeout_ms,
+                cfg.http_body_timeout_ms,
+                cfg.http_connections_max
+            ),
+            (
+                HTTP_HEADER_READ_TIMEOUT_MS_DEFAULT,
+                HTTP_IDLE_TIMEOUT_MS_DEFAULT,
+                HTTP_BODY_TIMEOUT_MS_DEFAULT,
+                HTTP_CONNECTIONS_MAX_DEFAULT
+            )
+        );
+        let refused = [
+            ServeArgs {
+                http_header_read_timeout_ms: Some(HTTP_TIMEOUT_MS_MIN - 1),
+                ..args.clone()
+            },
+            ServeArgs {
+                http_body_timeout_ms: Some(HTTP_TIMEOUT_MS_MAX + 1),
+                ..args.clone()
+            },
+            // Under ten heartbeats: peer connections would churn.
+            ServeArgs {
+                http_idle_timeout_ms: Some(10 * HEARTBEAT_MS_DEFAULT - 1),
+                ..args.clone()
+            },
+            ServeArgs {
+                http_connections_max: Some(HTTP_CONNECTIONS_MAX_LOWEST - 1),
+                ..args.clone()
+            },
+        ];
+        for bad in refused {
+            assert!(
+                matches!(bad.clone().resolve(), Err(ConfigError::Invalid(_))),
+                "{bad:?}"
+            );
+        }
     }
 }

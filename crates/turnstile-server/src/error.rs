@@ -17,6 +17,8 @@ pub enum ApiError {
     BadRequest(String),
     #[error("request body is larger than {limit_bytes} bytes")]
     BodyTooLarge { limit_bytes: usize },
+    #[error("request body stalled: nothing arrived within the body timeout")]
+    BodyTimeout,
     #[error("{0}")]
     NotFound(String),
     #[error("{what} not found")]
@@ -55,6 +57,7 @@ impl ApiError {
         match self {
             ApiError::BadRequest(_) => (S::BAD_REQUEST, "bad_request"),
             ApiError::BodyTooLarge { .. } => (S::PAYLOAD_TOO_LARGE, "body_too_large"),
+            ApiError::BodyTimeout => (S::REQUEST_TIMEOUT, "body_timeout"),
             ApiError::NotFound(_) => (S::NOT_FOUND, "not_found"),
             ApiError::KeyNotFound { .. } => (S::NOT_FOUND, "key_not_found"),
             ApiError::MethodNotAllowed => (S::METHOD_NOT_ALLOWED, "method_not_allowed"),

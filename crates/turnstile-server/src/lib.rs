@@ -7,6 +7,7 @@
 //! - [`node`]: starting and stopping a node ([`node::start`], [`node::RunningNode`]).
 //! - [`app`]: the shared context; [`routing`] gets requests to the leader; [`leader_ops`] is
 //!   what the leader does with them; [`membership`]: adding, promoting and removing nodes.
+//! - [`http_server`]: the HTTP/1.1 server loop and its connection limits (timeouts, cap).
 //! - [`api`]: client HTTP handlers; [`peer_api`]: `/raft/*` handlers; [`error`]: the one
 //!   error-to-HTTP mapping; [`views`]: read models; [`proto`]: node-to-node messages.
 //! - [`backup`]: backup files and restoring a new cluster from one.
@@ -28,6 +29,7 @@ pub mod denials;
 pub mod drain;
 pub mod driver;
 pub mod error;
+pub mod http_server;
 pub mod identity;
 pub mod leader_ops;
 pub mod membership;

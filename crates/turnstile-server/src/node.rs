@@ -7,7 +7,6 @@ use std::path::Path;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use axum::serve::ListenerExt;
 use openraft::{Config, SnapshotPolicy};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -20,6 +19,7 @@ use turnstile_raft::types::{Raft, TypeConfig};
 
 use crate::app::App;
 use crate::config::{InitialClusterState, NodeConfig};
+use crate::http_server::{self, HttpLimits};
 use crate::identity::{self, Identity, IdentityError, Phase};
 use crate::{api, bootstrap, driver, peer_api};
 
@@ -134,7 +134,9 @@ pub async fn start(
     let cluster_id = stored.as_ref().and_then(|i| i.cluster_id.clone());
     let mut identity = PeerIdentity::new(cfg.id, &cfg.cluster_secret);
     identity.cluster_id = Arc::new(RwLock::new(cluster_id.clone()));
-    let peers = PeerClient::new(identity, faults)?;
+    // Half the idle timeout every node here serves with (they share one configuration).
+    let pool_idle = std::time::Duration::from_millis(cfg.http_idle_timeout_ms / 2);
+    let peers = PeerClient::new(identity, faults, pool_idle)?;
     if let Some(ours) = cluster_id {
         check_peers_cluster(&cfg, &peers, &ours).await?;
     }
@@ -167,25 +169,13 @@ pub async fn start(
     let (stop, stop_rx) = watch::channel(false);
     let router = api::router(app.clone()).merge(peer_api::router(app.clone()));
     let router = crate::metrics::instrument(router, app.clone(), metrics.clone());
-    let mut server_stop = stop_rx.clone();
-    let server = tokio::spawn(async move {
-        let shutdown = async move {
-            let _ = server_stop.changed().await;
-        };
-        // Nagle off on accepted connections, as the peer client has it: a reply written in
-        // two pieces must not wait for the client's delayed ACK.
-        let listener = listener.tap_io(|tcp| {
-            if let Err(e) = tcp.set_nodelay(true) {
-                tracing::debug!(error = %e, "cannot set TCP_NODELAY");
-            }
-        });
-        if let Err(e) = axum::serve(listener, router)
-            .with_graceful_shutdown(shutdown)
-            .await
-        {
-            tracing::error!(error = %e, "http server failed");
-        }
-    });
+    let server = tokio::spawn(http_server::serve(
+        listener,
+        router,
+        HttpLimits::from_config(&app.cfg),
+        metrics.connections(),
+        stop_rx.clone(),
+    ));
     // The server task comes first: `shutdown` waits for it before stopping Raft.
     let tasks = vec![
         server,

@@ -6,6 +6,7 @@
 //!   sets, and the cap on per-lock-name series).
 //! - [`raft`]: openraft's batch-size and RPC hook, and the leader-change watcher.
 //! - [`http`]: request latency by method, route template and status.
+//! - [`connections`]: HTTP connections open, refused at the cap, and timed out.
 //! - [`scrape`]: figures read at scrape time (Raft, lock state, log store, API counters).
 //!
 //! Two kinds of figures: apply-derived ones are the same on every node (every node applies
@@ -36,6 +37,7 @@ use crate::config::NodeConfig;
 use crate::error::ApiError;
 
 pub mod books;
+pub mod connections;
 pub mod http;
 pub mod labels;
 pub mod locks;
@@ -59,6 +61,7 @@ pub struct NodeMetrics {
     /// Metrics updated as things happen; fixed after construction.
     registry: Registry,
     http: Arc<http::HttpMetrics>,
+    connections: Arc<connections::ConnectionMetrics>,
     locks: Arc<locks::LockMetrics>,
     raft: Arc<raft::RaftRecorder>,
     log: SyncStatsHandle,
@@ -75,19 +78,27 @@ impl NodeMetrics {
     /// Metrics for a node configured by `cfg`, reading the log store through `log`.
     pub fn new(cfg: &NodeConfig, log: SyncStatsHandle) -> Arc<NodeMetrics> {
         let http = Arc::new(http::HttpMetrics::new());
+        let connections = Arc::new(connections::ConnectionMetrics::default());
         let locks = Arc::new(locks::LockMetrics::new(cfg.metrics_lock_names as usize));
         let raft = Arc::new(raft::RaftRecorder::new());
         let mut registry = Registry::with_prefix(PREFIX);
         http.register(&mut registry);
+        connections.register(&mut registry);
         locks.register(&mut registry);
         raft.register(&mut registry);
         Arc::new(NodeMetrics {
             registry,
             http,
+            connections,
             locks,
             raft,
             log,
         })
+    }
+
+    /// What the HTTP server counts its connections in.
+    pub fn connections(&self) -> Arc<connections::ConnectionMetrics> {
+        self.connections.clone()
     }
 
     /// What the state machine reports applied entries to.
