@@ -25,7 +25,14 @@ openraft::declare_raft_types!(TestConfig: D = String, R = String, Node = openraf
 
 /// Set in the child's environment to the store directory it must use.
 const CHILD_DIR_ENV: &str = "TURNSTILE_LOG_STORE_REOPEN_CHILD_DIR";
-const TEST_NAME: &str = "acked_vote_and_entries_survive_unclean_exit";
+/// The test's name as the harness knows it: its module path within the test binary.
+fn test_name() -> String {
+    let module = module_path!()
+        .split_once("::")
+        .map_or("", |(_, m)| m)
+        .to_string();
+    format!("{module}::acked_vote_and_entries_survive_unclean_exit")
+}
 /// Acknowledged entries: `BATCHES` appends of `BATCH_ENTRIES` each.
 const BATCHES: u64 = 20;
 const BATCH_ENTRIES: u64 = 5;
@@ -49,7 +56,7 @@ fn acked_vote_and_entries_survive_unclean_exit() -> anyhow::Result<()> {
     }
     let dir = tempfile::tempdir()?;
     let output = Command::new(std::env::current_exe()?)
-        .args(["--exact", TEST_NAME, "--nocapture", "--test-threads=1"])
+        .args(["--exact", &test_name(), "--nocapture", "--test-threads=1"])
         .env(CHILD_DIR_ENV, dir.path())
         .output()?;
     let stdout = String::from_utf8_lossy(&output.stdout);

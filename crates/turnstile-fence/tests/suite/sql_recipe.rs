@@ -15,9 +15,9 @@ use std::sync::Arc;
 use postgres::{Client, NoTls};
 
 /// The recipe: the one copy of the SQL, shared with the docs.
-const RECIPE: &str = include_str!("../sql/recipe.sql");
+const RECIPE: &str = include_str!("../../sql/recipe.sql");
 /// The user documentation that must quote the recipe verbatim.
-const FENCING_DOC: &str = include_str!("../../../docs/fencing.md");
+const FENCING_DOC: &str = include_str!("../../../../docs/fencing.md");
 
 const CLUSTER: &str = "0d6059aa93a2cc6666012c9e9b367b87";
 const FOREIGN_CLUSTER: &str = "9f1c0000000000000000000000000000";

@@ -1,0 +1,19 @@
+//! The integration suites against in-process clusters and real processes, one module per
+//! suite, linked as one test executable (each executable costs CI a link of every dependency).
+
+mod backup_restore;
+mod bad_input;
+mod container_image;
+mod failover;
+mod hostile_peers;
+mod hot_lock;
+mod idempotency;
+mod lease_time;
+mod locks;
+mod membership;
+mod metrics;
+mod minority;
+mod queues;
+mod restart;
+mod watch;
+mod wiped_node;
