@@ -1,7 +1,7 @@
 //! Golden encodings. The files under `tests/golden/` were written by this version of the
 //! binary; every later version must keep decoding them to the same values, or logs and
 //! snapshots on users' disks become unreadable. Regenerate (only when adding new goldens, never
-//! to "fix" a failure) with `TURNSTILE_BLESS=1 cargo test -p turnstile-core --test golden`.
+//! to "fix" a failure) with `TURNSTILE_BLESS=1 cargo test -p turnstile-core --test suite golden`.
 
 use std::path::PathBuf;
 
