@@ -7,10 +7,11 @@
 //! - **memory flat after warm-up**: on every node, the peak VmRSS of the second half of the run
 //!   is at most [`SOAK_RSS_GROWTH_FRACTION_MAX`] above the peak of the reference period, which
 //!   runs from the end of the warm-up ([`SOAK_WARMUP_S`]) to the fifth minute
-//!   ([`SOAK_REFERENCE_END_S`]) or half the run, whichever is first. Peaks, not means, so that a
-//!   leak cannot hide under a snapshot's passing spike in the reference, and a spike in the
-//!   second half counts against the run. Not judged when the run is too short to have both
-//!   periods (under twice the warm-up);
+//!   ([`SOAK_REFERENCE_END_S`]) or half the run, whichever is first. Peaks, not means: RSS saws
+//!   up and down by 10 to 15 MiB within a minute, and a peak over minutes does not depend on
+//!   where in the sawtooth the samples fell, while any spike in the second half counts against
+//!   the run. Not judged when the run is too short to have both periods (twice the warm-up or
+//!   less);
 //! - **throughput held**: cycles/s over the last [`SOAK_THROUGHPUT_WINDOW_S`] divided by
 //!   cycles/s over the first is at least [`SOAK_THROUGHPUT_RATIO_MIN`]. Cycles are what the
 //!   clients get done; the leader's entries/s is shown beside it. Not judged when the two
