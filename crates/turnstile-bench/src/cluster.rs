@@ -2,7 +2,7 @@
 //! use: start, the leader, clients bound to a node, kill a node, resident memory, catch-up.
 //! Also `RunDirs`, which names each cluster's directory inside the run's temp dir.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use crate::client::Client;
 use crate::etcd_api::EtcdApi;
@@ -20,11 +20,12 @@ pub struct RunDirs {
 }
 
 impl RunDirs {
-    pub fn create(plan: &Plan) -> anyhow::Result<RunDirs> {
+    /// A temp dir in `work_dir`; with `keep_logs`, node logs are copied to `<out>.logs/`.
+    pub fn create(work_dir: &Path, out: &Path, keep_logs: bool) -> anyhow::Result<RunDirs> {
         let root = tempfile::Builder::new()
             .prefix("turnstile-bench-")
-            .tempdir_in(&plan.work_dir)?;
-        let keep_logs_in = plan.keep_logs.then(|| plan.out.with_extension("logs"));
+            .tempdir_in(work_dir)?;
+        let keep_logs_in = keep_logs.then(|| out.with_extension("logs"));
         Ok(RunDirs {
             root,
             clusters_started: 0,
@@ -32,11 +33,12 @@ impl RunDirs {
         })
     }
 
-    pub fn root(&self) -> &std::path::Path {
+    pub fn root(&self) -> &Path {
         self.root.path()
     }
 
-    fn next(&mut self, tag: &str) -> anyhow::Result<ScratchDir> {
+    /// A new cluster directory, named after `tag` and the clusters started before it.
+    pub fn next(&mut self, tag: &str) -> anyhow::Result<ScratchDir> {
         self.clusters_started += 1;
         let path = self
             .root

@@ -1,15 +1,18 @@
 //! `turnstile-bench`: starts local 3-node clusters of Turnstile and of etcd on loopback, runs
 //! the same workloads with the same client concurrency against each in turn, and prints a
-//! side-by-side table with ratios (also written as Markdown and JSON). See docs/benchmarks.md.
+//! side-by-side table with ratios (also written as Markdown and JSON). `turnstile-bench soak`
+//! instead runs one Turnstile cluster under a steady load for a long time and judges it. See
+//! docs/benchmarks.md.
 //!
 //! Module map:
-//! - `plan`: command line, `Plan`, every named limit of the harness;
+//! - `plan`: command line, `Plan`, `SoakPlan`, every named limit of the harness;
 //! - `node_process`, `scratch_dir`: server processes and directories cleaned up on drop;
 //! - `turnstile_cluster`, `etcd_cluster`, `cluster`: starting, inspecting and killing nodes;
 //! - `turnstile_api`, `etcd_api`, `client`, `sse`: the requests the workloads make;
 //! - `workloads`: W1..W7; `tally`, `measure`: histograms and figures;
 //! - `limit`: the sequential-commit limit (fdatasync and loopback round trip);
-//! - `machine`, `report`, `runner`: machine facts, the table, the run.
+//! - `machine`, `report`, `runner`: machine facts, the table, the run;
+//! - `soak`: the soak, its samples, verdicts and report.
 
 mod client;
 mod cluster;
@@ -23,38 +26,52 @@ mod plan;
 mod report;
 mod runner;
 mod scratch_dir;
+mod soak;
 mod sse;
 mod tally;
 mod turnstile_api;
 mod turnstile_cluster;
 mod workloads;
 
+use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Parser;
 
-use crate::plan::{Args, Plan};
-use crate::report::Report;
+use crate::plan::{Args, Command, Plan, SoakPlan};
 
-/// Writes the Markdown to `plan.out` and the JSON beside it.
-fn write_outputs(plan: &Plan, report: &Report) -> anyhow::Result<()> {
-    if let Some(dir) = plan.out.parent().filter(|d| !d.as_os_str().is_empty()) {
+/// Prints the Markdown, writes it to `out` and the JSON beside it.
+fn write_outputs(out: &Path, md: &str, json: &str) -> anyhow::Result<()> {
+    if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     }
-    let md = report.to_markdown();
     println!("{md}");
-    std::fs::write(&plan.out, &md)
-        .with_context(|| format!("cannot write {}", plan.out.display()))?;
-    let json_path = plan.out.with_extension("json");
-    std::fs::write(&json_path, report.to_json()?)
+    std::fs::write(out, md).with_context(|| format!("cannot write {}", out.display()))?;
+    let json_path = out.with_extension("json");
+    std::fs::write(&json_path, json)
         .with_context(|| format!("cannot write {}", json_path.display()))?;
     eprintln!(
         "turnstile-bench: wrote {} and {}",
-        plan.out.display(),
+        out.display(),
         json_path.display()
     );
     Ok(())
+}
+
+/// What the command line asks for.
+enum Mode {
+    Compare(Plan),
+    Soak(SoakPlan),
+}
+
+impl Mode {
+    fn from_args(mut args: Args) -> anyhow::Result<Mode> {
+        match args.command.take() {
+            Some(Command::Soak(soak)) => Ok(Mode::Soak(SoakPlan::from_args(soak)?)),
+            None => Ok(Mode::Compare(Plan::from_args(args)?)),
+        }
+    }
 }
 
 /// Resolves when the process is asked to stop (Ctrl-C, SIGTERM, SIGHUP).
@@ -69,19 +86,32 @@ async fn stop_requested() -> anyhow::Result<&'static str> {
     }
 }
 
-async fn main_async(plan: Plan) -> anyhow::Result<bool> {
+/// Runs the mode; `Ok(false)` when a workload failed or a soak verdict failed.
+async fn main_async(mode: Mode) -> anyhow::Result<bool> {
     // Dropping the run future on a signal drops every cluster: nodes are killed and their
     // directories removed before the process exits.
-    let report = tokio::select! {
-        r = runner::run(&plan) => r?,
-        why = stop_requested() => anyhow::bail!("{}; clusters stopped, data dirs removed", why?),
-    };
-    write_outputs(&plan, &report)?;
-    Ok(report.failures.is_empty())
+    match mode {
+        Mode::Compare(plan) => {
+            let report = tokio::select! {
+                r = runner::run(&plan) => r?,
+                why = stop_requested() => anyhow::bail!("{}; clusters stopped, data dirs removed", why?),
+            };
+            write_outputs(&plan.out, &report.to_markdown(), &report.to_json()?)?;
+            Ok(report.failures.is_empty())
+        }
+        Mode::Soak(plan) => {
+            let report = tokio::select! {
+                r = soak::run(&plan) => r?,
+                why = stop_requested() => anyhow::bail!("{}; cluster stopped, data dirs removed", why?),
+            };
+            write_outputs(&plan.out, &report.to_markdown(), &report.to_json()?)?;
+            Ok(report.passed())
+        }
+    }
 }
 
 fn main() -> ExitCode {
-    let plan = match Plan::from_args(Args::parse()) {
+    let mode = match Mode::from_args(Args::parse()) {
         Ok(p) => p,
         Err(e) => {
             eprintln!("turnstile-bench: {e:#}");
@@ -95,10 +125,10 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(main_async(plan)) {
+    match runtime.block_on(main_async(mode)) {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => {
-            eprintln!("turnstile-bench: some workloads failed (see Errors)");
+            eprintln!("turnstile-bench: some workloads or soak verdicts failed (see the report)");
             ExitCode::FAILURE
         }
         Err(e) => {

@@ -1,11 +1,12 @@
-//! The command line and the `Plan` it resolves to: which systems and workloads run, and every
-//! size, count and duration a workload uses. All limits of the harness are named here.
+//! The command line and what it resolves to: the `Plan` of a comparison run (which systems and
+//! workloads run, and every size, count and duration a workload uses), or the `SoakPlan` of
+//! `turnstile-bench soak`. All limits of the harness are named here.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use clap::Parser;
+use clap::{Parser, Subcommand};
 
 /// Seconds per measurement in a full run, unless `--duration-s` says otherwise.
 pub const DURATION_S_DEFAULT: f64 = 10.0;
@@ -44,6 +45,42 @@ pub const ETCD_CONNECTIONS_MIN: usize = 8;
 /// calls deadlocks the handoff chain. Each worker has one call in flight, so 50 per
 /// connection keeps every call on an open stream.
 pub const ETCD_WORKERS_PER_CONNECTION_MAX: usize = 50;
+
+/// Soak length unless `--minutes` says otherwise: the "at least 30 minutes".
+pub const SOAK_MINUTES_DEFAULT: f64 = 30.0;
+/// Longest soak `--minutes` accepts (one day), so that no soak can run away.
+pub const SOAK_MINUTES_MAX: f64 = 1_440.0;
+/// Soak clients unless `--clients` says otherwise: the 32.
+pub const SOAK_CLIENTS_DEFAULT: usize = 32;
+/// Most soak clients; each is a lease, a lock, a load task and a keepalive task.
+pub const SOAK_CLIENTS_MAX: usize = 1_000;
+/// Seconds between soak samples unless `--sample-s` says otherwise.
+pub const SOAK_SAMPLE_S_DEFAULT: f64 = 10.0;
+/// Shortest sample interval: each sample reads `/proc` three times and `/v1/cluster` four.
+pub const SOAK_SAMPLE_S_MIN: f64 = 0.5;
+/// Longest sample interval: a minute must hold at least one sample for the per-minute table.
+pub const SOAK_SAMPLE_S_MAX: f64 = 60.0;
+/// TTL of each soak client's lease: short enough that the lease lives only because it is
+/// renewed, as a real client's does, and not by outlasting the run.
+pub const SOAK_LEASE_TTL_MS: u64 = 30_000;
+/// Interval of each soak client's keepalives: a third of the TTL, so that two renewals in a
+/// row can fail before the lease is in danger.
+pub const SOAK_KEEPALIVE_INTERVAL_MS: u64 = SOAK_LEASE_TTL_MS / 3;
+/// Calls one soak client may make (acquires and releases): a count bound beside the time
+/// bound. At the ~100 calls/s a client makes here, a day of soak is under 10 million.
+pub const SOAK_CALLS_PER_CLIENT_MAX: u64 = 50_000_000;
+/// Start of the soak excluded from the memory verdict: nodes fill their buffers and caches.
+pub const SOAK_WARMUP_S: f64 = 60.0;
+/// Latest end of the memory verdict's reference period (the "after warm-up" figure is
+/// taken by the end of the fifth minute); shorter runs end it at half the run.
+pub const SOAK_REFERENCE_END_S: f64 = 300.0;
+/// How much a node's peak RSS in the second half of the soak may exceed its peak in the
+/// reference period, as a fraction of the latter, and still count as flat.
+pub const SOAK_RSS_GROWTH_FRACTION_MAX: f64 = 0.10;
+/// Length of the two windows whose throughputs the throughput verdict compares.
+pub const SOAK_THROUGHPUT_WINDOW_S: f64 = 60.0;
+/// Least last-minute / first-minute throughput (cycles/s) that passes: the 80%.
+pub const SOAK_THROUGHPUT_RATIO_MIN: f64 = 0.8;
 
 /// The systems the harness can compare.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -99,8 +136,15 @@ impl Workload {
 
 /// Benchmark Turnstile against etcd on local 3-node clusters.
 #[derive(Parser, Debug)]
-#[command(name = "turnstile-bench", version)]
+#[command(
+    name = "turnstile-bench",
+    version,
+    args_conflicts_with_subcommands = true
+)]
 pub struct Args {
+    /// Without a subcommand: the side-by-side comparison.
+    #[command(subcommand)]
+    pub command: Option<Command>,
     /// Systems to measure, comma-separated: turnstile, etcd.
     #[arg(long, default_value = "turnstile,etcd")]
     pub systems: String,
@@ -128,6 +172,86 @@ pub struct Args {
     /// Keep the node logs: copy them to `<out>.logs/` before the temp dir is removed.
     #[arg(long)]
     pub keep_logs: bool,
+}
+
+/// The modes other than the comparison.
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Turnstile alone, for a long time: clients loop acquire + release with a fresh
+    /// `request_id` on every call, and the run judges refusals, memory and throughput.
+    Soak(SoakArgs),
+}
+
+/// `turnstile-bench soak`.
+#[derive(clap::Args, Debug)]
+pub struct SoakArgs {
+    /// Length of the load, in minutes (fractions allowed).
+    #[arg(long, default_value_t = SOAK_MINUTES_DEFAULT)]
+    pub minutes: f64,
+    /// Clients, each with its own lease and its own lock.
+    #[arg(long, default_value_t = SOAK_CLIENTS_DEFAULT)]
+    pub clients: usize,
+    /// Never acknowledge answers (no `x-turnstile-ack`): records stay for their retry window.
+    #[arg(long)]
+    pub no_ack: bool,
+    /// Seconds between samples.
+    #[arg(long, default_value_t = SOAK_SAMPLE_S_DEFAULT)]
+    pub sample_s: f64,
+    /// Markdown written here; the same results as JSON beside it (extension .json).
+    #[arg(long, default_value = "turnstile-bench-soak.md")]
+    pub out: PathBuf,
+    /// The `turnstile` binary (default: next to this binary).
+    #[arg(long)]
+    pub turnstile_bin: Option<PathBuf>,
+    /// Where the run's temp dir (data dirs, node logs) goes.
+    #[arg(long)]
+    pub work_dir: Option<PathBuf>,
+    /// Keep the node logs: copy them to `<out>.logs/` before the temp dir is removed.
+    #[arg(long)]
+    pub keep_logs: bool,
+}
+
+/// Everything a soak does, resolved from [`SoakArgs`].
+#[derive(Clone, Debug)]
+pub struct SoakPlan {
+    pub duration: Duration,
+    pub clients: usize,
+    /// Whether clients acknowledge answered request ids.
+    pub ack: bool,
+    pub sample: Duration,
+    pub out: PathBuf,
+    pub turnstile_bin: PathBuf,
+    pub work_dir: PathBuf,
+    pub keep_logs: bool,
+}
+
+impl SoakPlan {
+    /// Validates the arguments into a soak plan.
+    pub fn from_args(args: SoakArgs) -> anyhow::Result<SoakPlan> {
+        if !(args.minutes > 0.0 && args.minutes <= SOAK_MINUTES_MAX) {
+            bail!("--minutes must be within (0, {SOAK_MINUTES_MAX}]");
+        }
+        if !(1..=SOAK_CLIENTS_MAX).contains(&args.clients) {
+            bail!("--clients must be within 1..={SOAK_CLIENTS_MAX}");
+        }
+        if !(SOAK_SAMPLE_S_MIN..=SOAK_SAMPLE_S_MAX).contains(&args.sample_s) {
+            bail!("--sample-s must be within [{SOAK_SAMPLE_S_MIN}, {SOAK_SAMPLE_S_MAX}]");
+        }
+        let turnstile_bin = match args.turnstile_bin {
+            Some(p) => p,
+            None => default_turnstile_bin()?,
+        };
+        Ok(SoakPlan {
+            duration: Duration::from_secs_f64(args.minutes * 60.0),
+            clients: args.clients,
+            ack: !args.no_ack,
+            sample: Duration::from_secs_f64(args.sample_s),
+            out: args.out,
+            turnstile_bin,
+            work_dir: args.work_dir.unwrap_or_else(std::env::temp_dir),
+            keep_logs: args.keep_logs,
+        })
+    }
 }
 
 /// Everything a run does, resolved from [`Args`].
@@ -267,5 +391,29 @@ mod tests {
         );
         assert_eq!(parse_workloads("all").expect("valid").len(), 7);
         assert!(parse_workloads("w8").is_err());
+    }
+
+    #[test]
+    fn soak_is_a_subcommand_with_bounded_arguments() {
+        let soak = |line: &str| match Args::try_parse_from(line.split_whitespace()) {
+            Ok(Args {
+                command: Some(Command::Soak(a)),
+                ..
+            }) => SoakPlan::from_args(SoakArgs {
+                turnstile_bin: Some("/bin/true".into()),
+                ..a
+            }),
+            other => panic!("{line}: not a soak: {other:?}"),
+        };
+        let p = soak("b soak --minutes 0.5 --clients 4 --no-ack").expect("valid");
+        assert_eq!(p.duration, Duration::from_secs(30));
+        assert_eq!((p.clients, p.ack), (4, false));
+        assert_eq!(p.sample, Duration::from_secs(10));
+        assert!(soak("b soak").expect("defaults").ack);
+        assert!(soak("b soak --minutes 0").is_err());
+        assert!(soak("b soak --minutes 5000").is_err());
+        assert!(soak("b soak --clients 0").is_err());
+        assert!(soak("b soak --sample-s 0.1").is_err());
+        assert!(Args::try_parse_from(["b", "--quick", "soak"]).is_err());
     }
 }

@@ -264,6 +264,19 @@ pub fn num(v: f64) -> String {
     }
 }
 
+/// A count with thousands separators: `1,234,567`, `0`.
+pub fn count(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, ch) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(ch);
+    }
+    out
+}
+
 fn cell(c: Option<Cell>) -> String {
     match c {
         None => "n/a".into(),
@@ -370,5 +383,8 @@ mod tests {
         assert_eq!(num(1.234), "1.23");
         assert_eq!(num(0.1234), "0.123");
         assert_eq!(num(-2_500.0), "-2,500");
+        assert_eq!(count(0), "0");
+        assert_eq!(count(999), "999");
+        assert_eq!(count(1_234_567), "1,234,567");
     }
 }

@@ -15,7 +15,7 @@ use crate::workloads::{self, Ctx};
 /// goes on; the caller decides the exit status from `report.failures`.
 pub async fn run(plan: &Plan) -> anyhow::Result<Report> {
     let started = Instant::now();
-    let mut dirs = RunDirs::create(plan)?;
+    let mut dirs = RunDirs::create(&plan.work_dir, &plan.out, plan.keep_logs)?;
     let etcd = plan
         .systems
         .contains(&System::Etcd)

@@ -41,12 +41,40 @@ impl LogCounters {
     }
 }
 
+/// The `request_records` of `/v1/cluster`: request-id records in the node's state.
+#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
+pub struct RequestRecords {
+    pub total: u64,
+    /// Kept while a hold, wait or lease they concern lives.
+    pub pinned: u64,
+    /// On the retry window.
+    pub windowed: u64,
+}
+
 /// What `/v1/cluster` says about this node.
 #[derive(Clone, Copy, Debug)]
 pub struct NodeView {
     pub leader_id: Option<u64>,
     pub applied_index: u64,
     pub log: LogCounters,
+    /// `None` from a server too old to report them.
+    pub request_records: Option<RequestRecords>,
+    /// Acknowledged ids the node dropped (its queue was full); `None` from an older server.
+    pub acks_dropped: Option<u64>,
+}
+
+/// A `/v1` answer as it came: the status, and the body as JSON (`null` if empty or not JSON).
+#[derive(Clone, Debug)]
+pub struct Exchange {
+    pub status: u16,
+    pub body: Value,
+}
+
+impl Exchange {
+    /// The error body's `code` (`limit_reached`, ...), or `""`.
+    pub fn code(&self) -> &str {
+        self.body.get("code").and_then(Value::as_str).unwrap_or("")
+    }
 }
 
 /// A shared HTTP client: no proxy, no overall timeout (watch streams are long), Nagle off.
@@ -91,6 +119,38 @@ impl TurnstileApi {
             return Ok(Value::Null);
         }
         serde_json::from_str(&text).with_context(|| format!("{path}: not JSON: {text}"))
+    }
+
+    /// One request with extra headers, answered with whatever status: for callers that sort
+    /// answers themselves (the soak counts every refusal by code). `Err` means no answer came
+    /// (connection failure or timeout).
+    pub async fn exchange(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<&Value>,
+        headers: &[(&str, &str)],
+    ) -> anyhow::Result<Exchange> {
+        let mut req = self
+            .http
+            .request(method, format!("{}{}", self.base, path))
+            .timeout(Duration::from_millis(REQUEST_MS_MAX));
+        for (name, value) in headers {
+            req = req.header(*name, *value);
+        }
+        if let Some(b) = body {
+            req = req.json(b);
+        }
+        let resp = req.send().await.with_context(|| path.to_string())?;
+        let status = resp.status().as_u16();
+        let bytes = resp
+            .bytes()
+            .await
+            .with_context(|| format!("{path}: body"))?;
+        Ok(Exchange {
+            status,
+            body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+        })
     }
 
     async fn post(&self, path: &str, body: Value) -> anyhow::Result<Value> {
@@ -210,6 +270,13 @@ impl TurnstileApi {
             .send(reqwest::Method::GET, "/v1/cluster", None, REQUEST_MS_MAX)
             .await?;
         let log = v.get("log").context("/v1/cluster has no log counters")?;
+        let request_records = v.get("request_records").and_then(|r| {
+            Some(RequestRecords {
+                total: r.get("total")?.as_u64()?,
+                pinned: r.get("pinned")?.as_u64()?,
+                windowed: r.get("windowed")?.as_u64()?,
+            })
+        });
         Ok(NodeView {
             leader_id: v.get("leader_id").and_then(Value::as_u64),
             applied_index: field_u64(&v, "applied_index")?,
@@ -219,6 +286,8 @@ impl TurnstileApi {
                 fdatasyncs: field_u64(log, "fdatasyncs")?,
                 acked_batches: field_u64(log, "acked_batches")?,
             },
+            request_records,
+            acks_dropped: v.get("acks_dropped").and_then(Value::as_u64),
         })
     }
 }
