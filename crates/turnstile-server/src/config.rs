@@ -66,6 +66,9 @@ pub enum InitialClusterState {
     Existing,
 }
 
+// No flag here turns test hooks on: these are every `turnstile serve`'s flags, and that binary
+// must have no such switch (the harness adds its own, see `serve::serve_with_test_hooks`). A
+// plain comment, not a doc comment: clap would compile a doc comment into the binary as help.
 /// `turnstile serve` flags. Every flag also reads `TURNSTILE_<FLAG>`.
 #[derive(Debug, Clone, Args, Default)]
 pub struct ServeArgs {
@@ -116,9 +119,6 @@ pub struct ServeArgs {
     /// `name="_other"`); 0 (default) means no `name` label. At most 1000.
     #[arg(long, env = "TURNSTILE_METRICS_LOCK_NAMES")]
     pub metrics_lock_names: Option<u32>,
-    /// Test-only hooks (wall-clock offset). Never enable in production.
-    #[arg(long, env = "TURNSTILE_ENABLE_TEST_HOOKS", hide = true)]
-    pub enable_test_hooks: bool,
     /// Check state machine invariants after every apply (slow; for tests).
     #[arg(long, env = "TURNSTILE_CHECK_INVARIANTS", hide = true)]
     pub check_invariants: bool,
@@ -166,9 +166,13 @@ pub struct NodeConfig {
     pub deadlock_victim: DeadlockVictim,
     /// Lock names with their own metric series (0: none); see `metrics::labels::NameCap`.
     pub metrics_lock_names: u32,
+    /// Test hooks (`/debug/*`, `TURNSTILE_BUGS`). Never set from flags, env or the file:
+    /// only a program embedding the node sets it (see `serve::serve_with_test_hooks`).
+    #[cfg(feature = "test-hooks")]
     pub enable_test_hooks: bool,
     pub check_invariants: bool,
-    /// Test-only broken behaviour (`TURNSTILE_BUGS`); all off unless the harness asks.
+    /// Test-only broken behaviour (`TURNSTILE_BUGS`); all off unless the harness asks, and a
+    /// zero-sized constant-off stand-in without the `test-hooks` feature.
     pub bugs: crate::bugs::Bugs,
 }
 
@@ -262,9 +266,10 @@ impl ServeArgs {
                 .metrics_lock_names
                 .or(file.metrics_lock_names)
                 .unwrap_or(0),
-            enable_test_hooks: self.enable_test_hooks,
+            #[cfg(feature = "test-hooks")]
+            enable_test_hooks: false,
             check_invariants: self.check_invariants,
-            bugs: crate::bugs::Bugs::default(),
+            bugs: Default::default(),
         };
         cfg.validate()?;
         Ok(cfg)
