@@ -148,7 +148,6 @@ impl Cluster {
             initial_cluster: Some(format_initial_cluster(&self.addrs)),
             cluster_secret: Some(self.secret.clone()),
             initial_cluster_state: Some(state),
-            enable_test_hooks: true,
             check_invariants: true,
             ..ServeArgs::default()
         };
@@ -162,7 +161,9 @@ impl Cluster {
         listener: TcpListener,
         state: InitialClusterState,
     ) -> anyhow::Result<()> {
-        let cfg = self.args(id, state).resolve()?;
+        let mut cfg = self.args(id, state).resolve()?;
+        // Not a flag (`turnstile serve` has none): only an embedding program turns hooks on.
+        cfg.enable_test_hooks = true;
         let node = node::start(cfg, listener, self.faults[&id].clone()).await?;
         self.nodes.insert(id, node);
         Ok(())

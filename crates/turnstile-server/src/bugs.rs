@@ -1,7 +1,9 @@
 //! Test-only switches that each break one guarantee, so the chaos harness can prove that its
-//! checkers catch the broken guarantee. Compiled in only with the `bug-injection` feature
-//! (the harness's build, never a release build), switched on only through `TURNSTILE_BUGS`
-//! (a comma-separated list) on a node that also runs with `--enable-test-hooks`.
+//! checkers catch the broken guarantee. This module exists only with the `test-hooks` feature
+//! (without it, `bugs_off.rs` stands in: no switch, no `TURNSTILE_BUGS`); the switches work
+//! only with `bug-injection` as well (the harness's build), and are switched on only through
+//! `TURNSTILE_BUGS` (a comma-separated list) on a node whose embedding program enabled test
+//! hooks (the harness's `node --enable-test-hooks`; `turnstile serve` never does).
 
 use std::fmt;
 
@@ -30,7 +32,9 @@ pub enum BugsError {
         "unknown bug switch {0:?} (known: skip-fence, local-reads, skip-dedup, grant-due-waiters)"
     )]
     Unknown(String),
-    #[error("{BUGS_ENV} needs --enable-test-hooks")]
+    /// Also what `turnstile serve` answers in a build where another workspace member turned
+    /// the feature on: it has no way to enable test hooks.
+    #[error("{BUGS_ENV} needs test hooks, which only the chaos harness's `node --enable-test-hooks` turns on")]
     HooksDisabled,
     #[error("{BUGS_ENV} is set but this binary was built without the bug-injection feature")]
     NotCompiled,
@@ -52,28 +56,43 @@ impl Bugs {
         Ok(bugs)
     }
 
-    /// Reads the switches from the environment. Without the feature, any switch is refused, so a
-    /// harness run can never silently test a correct server while believing it broke it.
+    /// Reads the switches from the environment and turns them on (see [`Bugs::admit`]).
     pub fn from_env(test_hooks: bool) -> Result<Bugs, BugsError> {
-        let list = std::env::var(BUGS_ENV).unwrap_or_default();
-        let bugs = Bugs::parse(&list)?;
+        let bugs = Bugs::admit(&std::env::var(BUGS_ENV).unwrap_or_default(), test_hooks)?;
         if bugs == Bugs::default() {
             return Ok(bugs);
-        }
-        if !cfg!(feature = "bug-injection") {
-            return Err(BugsError::NotCompiled);
-        }
-        if !test_hooks {
-            return Err(BugsError::HooksDisabled);
         }
         #[cfg(feature = "bug-injection")]
         turnstile_core::bugs::set_grant_due_waiters(bugs.grant_due_waiters);
         tracing::error!(bugs = %bugs, "BUG INJECTION ON: this node breaks guarantees on purpose");
         Ok(bugs)
     }
+
+    /// Parses `list` and decides whether this node may run with it. Without test hooks, or
+    /// without `bug-injection`, any switch is refused, so a harness run can never silently test
+    /// a correct server while believing it broke it, and a production node never runs broken.
+    pub fn admit(list: &str, test_hooks: bool) -> Result<Bugs, BugsError> {
+        let bugs = Bugs::parse(list)?;
+        if bugs == Bugs::default() {
+            return Ok(bugs);
+        }
+        // Hooks first: on a node that cannot have them (`turnstile serve`), that is the reason.
+        if !test_hooks {
+            return Err(BugsError::HooksDisabled);
+        }
+        if !cfg!(feature = "bug-injection") {
+            return Err(BugsError::NotCompiled);
+        }
+        Ok(bugs)
+    }
 }
 
 impl Bugs {
+    /// Whether reads skip ReadIndex and the leader (`local-reads`).
+    pub fn local_reads(&self) -> bool {
+        self.local_reads
+    }
+
     /// Applies the write-path switches to a write about to be routed to the leader.
     pub fn break_write(
         &self,
@@ -120,5 +139,31 @@ mod tests {
             Bugs::parse("skip-fencing"),
             Err(BugsError::Unknown("skip-fencing".into()))
         );
+    }
+
+    #[test]
+    fn switches_need_test_hooks_and_the_feature() {
+        let on = Bugs {
+            skip_fence: true,
+            ..Bugs::default()
+        };
+        let compiled = if cfg!(feature = "bug-injection") {
+            Ok(on)
+        } else {
+            Err(BugsError::NotCompiled)
+        };
+        for (list, test_hooks, want) in [
+            ("", false, Ok(Bugs::default())),
+            (" ", true, Ok(Bugs::default())),
+            ("skip-fence", false, Err(BugsError::HooksDisabled)),
+            (
+                "skip-fencing",
+                false,
+                Err(BugsError::Unknown("skip-fencing".into())),
+            ),
+            ("skip-fence", true, compiled),
+        ] {
+            assert_eq!(Bugs::admit(list, test_hooks), want, "{list:?} {test_hooks}");
+        }
     }
 }

@@ -4,7 +4,8 @@
 //! since (`LeaderClock`). It never reads the wall clock, so a wall-clock step or skew cannot
 //! expire a lease early. If entries applied after the election carry a later `sm_time` (the
 //! new leader was still catching up), the clock re-anchors there, so stamps never fall behind
-//! the state machine. `WallClock` exists only to be shown and for the test hook that jumps it.
+//! the state machine. `WallClock` exists only for the test hook that jumps it (`/debug/clock`,
+//! with the `test-hooks` feature only); without the feature nothing can move it.
 
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Mutex;
@@ -64,6 +65,7 @@ impl WallClock {
     }
 
     /// Test hook: jump this node's wall clock by `offset_ms`.
+    #[cfg(feature = "test-hooks")]
     pub fn set_offset_ms(&self, offset_ms: i64) {
         self.offset_ms.store(offset_ms, Ordering::Relaxed);
     }

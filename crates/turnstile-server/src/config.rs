@@ -88,6 +88,9 @@ pub enum InitialClusterState {
     Existing,
 }
 
+// No flag here turns test hooks on: these are every `turnstile serve`'s flags, and that binary
+// must have no such switch (the harness adds its own, see `serve::serve_with_test_hooks`). A
+// plain comment, not a doc comment: clap would compile a doc comment into the binary as help.
 /// `turnstile serve` flags. Every flag also reads `TURNSTILE_<FLAG>`.
 #[derive(Debug, Clone, Args, Default)]
 pub struct ServeArgs {
@@ -151,9 +154,6 @@ pub struct ServeArgs {
     /// Most HTTP connections open at once (clients and peers); more are closed on accept.
     #[arg(long, env = "TURNSTILE_HTTP_CONNECTIONS_MAX")]
     pub http_connections_max: Option<u32>,
-    /// Test-only hooks (wall-clock offset). Never enable in production.
-    #[arg(long, env = "TURNSTILE_ENABLE_TEST_HOOKS", hide = true)]
-    pub enable_test_hooks: bool,
     /// Check state machine invariants after every apply (slow; for tests).
     #[arg(long, env = "TURNSTILE_CHECK_INVARIANTS", hide = true)]
     pub check_invariants: bool,
@@ -210,9 +210,13 @@ pub struct NodeConfig {
     pub http_idle_timeout_ms: u64,
     pub http_body_timeout_ms: u64,
     pub http_connections_max: u32,
+    /// Test hooks (`/debug/*`, `TURNSTILE_BUGS`). Never set from flags, env or the file:
+    /// only a program embedding the node sets it (see `serve::serve_with_test_hooks`).
+    #[cfg(feature = "test-hooks")]
     pub enable_test_hooks: bool,
     pub check_invariants: bool,
-    /// Test-only broken behaviour (`TURNSTILE_BUGS`); all off unless the harness asks.
+    /// Test-only broken behaviour (`TURNSTILE_BUGS`); all off unless the harness asks, and a
+    /// zero-sized constant-off stand-in without the `test-hooks` feature.
     pub bugs: crate::bugs::Bugs,
 }
 
@@ -322,9 +326,10 @@ impl ServeArgs {
                 .http_connections_max
                 .or(file.http_connections_max)
                 .unwrap_or(HTTP_CONNECTIONS_MAX_DEFAULT),
-            enable_test_hooks: self.enable_test_hooks,
+            #[cfg(feature = "test-hooks")]
+            enable_test_hooks: false,
             check_invariants: self.check_invariants,
-            bugs: crate::bugs::Bugs::default(),
+            bugs: Default::default(),
         };
         cfg.validate()?;
         Ok(cfg)

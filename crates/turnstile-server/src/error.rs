@@ -33,8 +33,6 @@ pub enum ApiError {
     NotMember(String),
     #[error("membership change refused: {0}")]
     MemberRefused(String),
-    #[error("test hooks are disabled on this node")]
-    HooksDisabled,
     #[error("{0}")]
     Unavailable(String),
 }
@@ -72,7 +70,6 @@ impl ApiError {
             }
             ApiError::NotMember(_) => (S::SERVICE_UNAVAILABLE, "not_member"),
             ApiError::MemberRefused(_) => (S::CONFLICT, "membership_refused"),
-            ApiError::HooksDisabled => (S::NOT_FOUND, "not_found"),
             ApiError::Unavailable(_) => (S::SERVICE_UNAVAILABLE, "unavailable"),
         }
     }

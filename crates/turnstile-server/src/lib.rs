@@ -16,12 +16,19 @@
 //! - [`clock`]: the leader's monotonic `sm_time` source; [`waiters`]: queued acquires held
 //!   by this node.
 //! - [`metrics`]: `/metrics` (Prometheus), fed by apply, Raft, the log store and HTTP.
+//! - [`bugs`]: the chaos harness's bug switches; with the `test-hooks` feature only, a
+//!   constant-off stand-in (`bugs_off.rs`) otherwise. `api::debug` exists only with the
+//!   feature too: the `turnstile` binary as the README builds it compiles no test hook.
 
 pub mod acks;
 pub mod api;
 pub mod app;
 pub mod backup;
 pub mod bootstrap;
+#[cfg(feature = "test-hooks")]
+pub mod bugs;
+#[cfg(not(feature = "test-hooks"))]
+#[path = "bugs_off.rs"]
 pub mod bugs;
 pub mod clock;
 pub mod config;

@@ -41,6 +41,7 @@ pub enum StartError {
     },
     #[error(transparent)]
     Identity(#[from] IdentityError),
+    #[cfg(feature = "test-hooks")]
     #[error(transparent)]
     Bugs(#[from] crate::bugs::BugsError),
     #[error("log store: {0}")]
@@ -112,13 +113,17 @@ impl RunningNode {
 /// Starts a node serving on `listener` (bind port 0 in tests and pass the real address in
 /// `cfg.initial_cluster`).
 pub async fn start(
-    mut cfg: NodeConfig,
+    cfg: NodeConfig,
     listener: TcpListener,
     faults: Faults,
 ) -> Result<RunningNode, StartError> {
     let addr = listener.local_addr().map_err(StartError::Listener)?;
     // Before anything applies: every replica of a bug-injection run must break the same way.
-    cfg.bugs = crate::bugs::Bugs::from_env(cfg.enable_test_hooks)?;
+    #[cfg(feature = "test-hooks")]
+    let cfg = NodeConfig {
+        bugs: crate::bugs::Bugs::from_env(cfg.enable_test_hooks)?,
+        ..cfg
+    };
     std::fs::create_dir_all(&cfg.data_dir).map_err(|source| StartError::DataDir {
         path: cfg.data_dir.clone(),
         source,

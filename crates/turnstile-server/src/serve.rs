@@ -1,14 +1,31 @@
 //! `serve`: run one node from its arguments until SIGINT or SIGTERM, then drain (hand
-//! leadership over) and stop. Shared by `turnstile
-//! serve` and the chaos harness's node processes, so the harness runs exactly this code.
+//! leadership over) and stop. Shared by `turnstile serve` and the chaos harness's node
+//! processes, so the harness runs exactly this code.
+//!
+//! Test hooks are not a setting of [`ServeArgs`], so no flag, variable or config file of
+//! `turnstile serve` can turn them on: [`serve`] runs with them off. Only a program that embeds
+//! the node and was built with the `test-hooks` feature (the harness's `node
+//! --enable-test-hooks`) can ask for them, through [`serve_with_test_hooks`].
 
 use anyhow::Context;
 
-use crate::config::{format_initial_cluster, ServeArgs};
+use crate::config::{format_initial_cluster, NodeConfig, ServeArgs};
 
-/// Resolves the configuration, binds, starts the node and stops it on a signal.
+/// Resolves the configuration, binds, starts the node (test hooks off) and stops it on a
+/// signal.
 pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
-    let cfg = args.resolve().context("invalid configuration")?;
+    run(args.resolve().context("invalid configuration")?).await
+}
+
+/// Like [`serve`], with the node's test hooks (`/debug/*`, `TURNSTILE_BUGS`) on if `enabled`.
+#[cfg(feature = "test-hooks")]
+pub async fn serve_with_test_hooks(args: ServeArgs, enabled: bool) -> anyhow::Result<()> {
+    let mut cfg = args.resolve().context("invalid configuration")?;
+    cfg.enable_test_hooks = enabled;
+    run(cfg).await
+}
+
+async fn run(cfg: NodeConfig) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(cfg.listen)
         .await
         .with_context(|| format!("cannot listen on {}", cfg.listen))?;

@@ -2,13 +2,19 @@
 //! `member list`, `snapshot`, `backup` from a live node, `restore` into a new data dir, `serve`
 //! on it (the lock and key are there, the cluster id is new, the next token is above the
 //! backup), and SIGTERM ending a node with exit status 0.
+//!
+//! And the binary an operator builds as the README says holds no test hooks: no flag, no
+//! `TURNSTILE_BUGS`, no `/debug/*` route (the same 404 as any unknown path), none of their
+//! strings in its bytes. A build with the hooks compiled in (feature unification) still offers
+//! no way to switch them on.
 
 mod common;
 
-use std::process::{Output, Stdio};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use anyhow::{bail, Context};
+use anyhow::{bail, ensure, Context};
 use common::*;
 use serde_json::{json, Value};
 
@@ -169,5 +175,199 @@ fn nix_term(p: &Proc) -> anyhow::Result<()> {
     if !status.success() {
         bail!("kill -TERM failed");
     }
+    Ok(())
+}
+
+/// Strings only test-hook code puts in a binary: the debug route, the bug switches' variable and
+/// one switch's name.
+const HOOK_MARKERS: [&str; 3] = ["/debug/clock", "TURNSTILE_BUGS", "skip-fence"];
+
+/// Whether `needle` occurs anywhere in `haystack`.
+fn contains_bytes(haystack: &[u8], needle: &str) -> bool {
+    haystack
+        .windows(needle.len())
+        .any(|w| w == needle.as_bytes())
+}
+
+/// The `turnstile` binary as the README builds it (`cargo build --release -p turnstile`: no
+/// feature another workspace member asks for). `TURNSTILE_README_BINARY` names one (CI's static
+/// build); otherwise this builds it, into a target dir of its own so that nothing this test run
+/// compiled with other features can be mistaken for it.
+fn readme_binary() -> anyhow::Result<PathBuf> {
+    let ours = Path::new(env!("CARGO_BIN_EXE_turnstile"));
+    if let Some(path) = std::env::var_os("TURNSTILE_README_BINARY") {
+        let path = PathBuf::from(path);
+        // `cargo test` rebuilds `<target>/release/turnstile` with the test features (see
+        // Cargo.toml), so that path is never the README binary.
+        ensure!(
+            path.canonicalize().ok() != ours.canonicalize().ok(),
+            "TURNSTILE_README_BINARY={} is the binary `cargo test` built with test hooks; \
+             copy the README build elsewhere first",
+            path.display()
+        );
+        return Ok(path);
+    }
+    // CARGO_BIN_EXE_turnstile is <target>/<profile>/turnstile.
+    let target = ours
+        .parent()
+        .and_then(Path::parent)
+        .context("no target dir above the test binary")?;
+    let target_dir = target.join("readme-binary");
+    println!(
+        "TURNSTILE_README_BINARY is not set: building it with \
+         `cargo build --release -p turnstile --target-dir {}`",
+        target_dir.display()
+    );
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let status = Command::new(cargo)
+        .current_dir(&workspace)
+        .args(["build", "--release", "-p", "turnstile", "--target-dir"])
+        .arg(&target_dir)
+        .status()
+        .context("cannot run cargo")?;
+    ensure!(
+        status.success(),
+        "building the README binary failed: {status}"
+    );
+    Ok(target_dir.join("release").join("turnstile"))
+}
+
+/// `serve` has no flag for test hooks: its help does not mention them and clap refuses
+/// `--enable-test-hooks` (exit status 2) before anything starts.
+fn assert_no_hook_flag(binary: &Path, dir: &Path) -> anyhow::Result<()> {
+    let help = Command::new(binary).args(["serve", "--help"]).output()?;
+    assert!(help.status.success(), "{help:?}");
+    let help = String::from_utf8_lossy(&help.stdout).to_lowercase();
+    assert!(!help.contains("hook") && !help.contains("/debug"), "{help}");
+    let out = serve_command(binary, &dir.join("refused"), "127.0.0.1:1")
+        .arg("--enable-test-hooks")
+        .stdin(Stdio::null())
+        .output()?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("unexpected argument '--enable-test-hooks'"),
+        "{stderr}"
+    );
+    Ok(())
+}
+
+/// `POST /debug/clock` on the node at `base` gets exactly the answer of a path that never
+/// existed, so the route is not there at all.
+async fn assert_debug_route_unknown(http: &reqwest::Client, base: &str) -> anyhow::Result<()> {
+    let body = json!({"offset_ms": 3_600_000});
+    let mut answers = Vec::new();
+    for path in ["/debug/clock", "/no/such/route"] {
+        let resp = http
+            .post(format!("{base}{path}"))
+            .json(&body)
+            .send()
+            .await?;
+        answers.push((resp.status(), resp.text().await?));
+    }
+    assert_eq!(answers[0].0, reqwest::StatusCode::NOT_FOUND, "{answers:?}");
+    assert_eq!(answers[0], answers[1]);
+    Ok(())
+}
+
+/// A superseded holder's fenced write is refused (`409 fenced`): the write the issue saw land
+/// with `TURNSTILE_BUGS=skip-fence`.
+async fn assert_stale_token_refused(http: &reqwest::Client, base: &str) -> anyhow::Result<()> {
+    let ttl = json!({"ttl_ms": 60_000});
+    let old = post(http, &format!("{base}/v1/leases"), ttl.clone()).await?["lease_id"].clone();
+    let new = post(http, &format!("{base}/v1/leases"), ttl).await?["lease_id"].clone();
+    let acquire = format!("{base}/v1/locks/ledger/acquire");
+    let stale =
+        post(http, &acquire, json!({"lease_id": old, "wait_ms": 0})).await?["token"].clone();
+    let release = format!("{base}/v1/locks/ledger/release");
+    post(http, &release, json!({"lease_id": old, "token": stale})).await?;
+    post(http, &acquire, json!({"lease_id": new, "wait_ms": 0})).await?;
+    let fence = json!({"value": "stale", "fence": {"lock": "ledger", "token": stale}});
+    let resp = http
+        .put(format!("{base}/v1/kv/ledger-balance"))
+        .json(&fence)
+        .send()
+        .await?;
+    let status = resp.status();
+    let v: Value = resp.json().await?;
+    assert_eq!(status, reqwest::StatusCode::CONFLICT, "{v}");
+    assert_eq!(v["code"], "fenced", "{v}");
+    Ok(())
+}
+
+fn test_http() -> anyhow::Result<reqwest::Client> {
+    Ok(reqwest::Client::builder()
+        .no_proxy()
+        .timeout(Duration::from_millis(WAIT_MS_MAX))
+        .build()?)
+}
+
+/// The issue's reproduction against the README-built binary: `TURNSTILE_BUGS=skip-fence` and
+/// `TURNSTILE_ENABLE_TEST_HOOKS=true` in the node's environment change nothing, because nothing
+/// in the binary reads them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readme_binary_holds_no_test_hooks() -> anyhow::Result<()> {
+    let binary = readme_binary()?;
+    let bytes = std::fs::read(&binary).with_context(|| format!("{}", binary.display()))?;
+    for marker in HOOK_MARKERS.into_iter().chain(["enable-test-hooks"]) {
+        assert!(
+            !contains_bytes(&bytes, marker),
+            "{} contains {marker:?}",
+            binary.display()
+        );
+    }
+    let dir = tempfile::tempdir()?;
+    assert_no_hook_flag(&binary, dir.path())?;
+
+    let listen = format!("127.0.0.1:{}", free_port()?);
+    let mut serve = serve_command(&binary, &dir.path().join("data"), &listen);
+    serve
+        .env("TURNSTILE_BUGS", "skip-fence")
+        .env("TURNSTILE_ENABLE_TEST_HOOKS", "true");
+    let mut node = spawn_server(serve, dir.path())?;
+    let (http, base) = (test_http()?, format!("http://{listen}"));
+    wait_for_leader(&mut node, &http, &base, dir.path()).await?;
+    assert_debug_route_unknown(&http, &base).await?;
+    assert_stale_token_refused(&http, &base).await?;
+    Ok(())
+}
+
+/// The same binary built with the test hooks compiled in, as feature unification with the chaos
+/// harness builds it in a workspace build: this package's own `turnstile` under `cargo test`,
+/// which gets `turnstile-server/bug-injection` (and so `test-hooks`) from the dev-dependency in
+/// Cargo.toml, whether this package is tested alone or with the workspace. It is the negative
+/// control of the byte search (the markers are found), and it still has no switch: no flag,
+/// `TURNSTILE_BUGS` stops it at start, and `/debug/clock` is an unknown route.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unified_build_compiles_hooks_in_but_cannot_switch_them_on() -> anyhow::Result<()> {
+    let binary = Path::new(env!("CARGO_BIN_EXE_turnstile"));
+    let bytes = std::fs::read(binary)?;
+    for marker in HOOK_MARKERS {
+        assert!(
+            contains_bytes(&bytes, marker),
+            "{} lacks {marker:?}: the byte search proves nothing",
+            binary.display()
+        );
+    }
+    let dir = tempfile::tempdir()?;
+    assert_no_hook_flag(binary, dir.path())?;
+
+    let listen = format!("127.0.0.1:{}", free_port()?);
+    let mut serve = serve_command(binary, &dir.path().join("data"), &listen);
+    serve
+        .env("TURNSTILE_BUGS", "skip-fence")
+        .env("TURNSTILE_ENABLE_TEST_HOOKS", "true");
+    let status = spawn_server(serve, dir.path())?.wait_exit()?;
+    let log = std::fs::read_to_string(dir.path().join("server.log"))?;
+    assert!(!status.success(), "{log}");
+    assert!(log.contains("TURNSTILE_BUGS needs test hooks"), "{log}");
+
+    let mut serve = serve_command(binary, &dir.path().join("data"), &listen);
+    serve.env_remove("TURNSTILE_BUGS");
+    let mut node = spawn_server(serve, dir.path())?;
+    let (http, base) = (test_http()?, format!("http://{listen}"));
+    wait_for_leader(&mut node, &http, &base, dir.path()).await?;
+    assert_debug_route_unknown(&http, &base).await?;
     Ok(())
 }

@@ -8,7 +8,8 @@
 //! the clock hook) in `cluster/observe.rs`.
 //!
 //! Node processes run `turnstile-jepsen node`, which is `turnstile serve` (the same
-//! `turnstile_server::serve::serve`) in a binary that also carries the bug-injection switches.
+//! `turnstile_server::serve` code) in a binary that also carries the test hooks and the
+//! bug-injection switches, and the `--enable-test-hooks` flag that turns them on.
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;

@@ -1,6 +1,6 @@
-//! `turnstile-jepsen`: `node` runs one Turnstile node (exactly `turnstile serve`), `run` runs a
-//! seeded chaos run and checks it, `check` re-checks a recorded run, `cleanup` removes networks
-//! left by killed runs.
+//! `turnstile-jepsen`: `node` runs one Turnstile node (exactly `turnstile serve`, plus the
+//! `--enable-test-hooks` flag that only this binary has), `run` runs a seeded chaos run and
+//! checks it, `check` re-checks a recorded run, `cleanup` removes networks left by killed runs.
 
 use clap::{Parser, Subcommand};
 use turnstile_jepsen::cluster::Backend;
@@ -20,7 +20,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Cmd {
     /// Run one node: the same code as `turnstile serve` (for the harness's node processes).
-    Node(Box<ServeArgs>),
+    Node(Box<NodeArgs>),
     /// A lock-holding client process that tests freeze, kill or cut off (see `holder.rs`).
     Holder(turnstile_jepsen::holder::HolderArgs),
     /// A seeded chaos run: cluster, workloads, nemesis, checkers; exits 1 unless every checker
@@ -33,6 +33,17 @@ enum Cmd {
     },
     /// Remove networks, processes and containers left behind by runs that were killed.
     Cleanup,
+}
+
+/// Arguments of `node`: `turnstile serve`'s, and the switch for test hooks.
+#[derive(clap::Args)]
+struct NodeArgs {
+    #[command(flatten)]
+    serve: ServeArgs,
+    /// Test hooks: `/debug/clock` (the clock-jump fault) and the `TURNSTILE_BUGS` switches.
+    /// Here and in the in-process test fixture only: the `turnstile` binary has no such flag.
+    #[arg(long)]
+    enable_test_hooks: bool,
 }
 
 /// Arguments of `run`.
@@ -115,7 +126,9 @@ fn init_logging() {
 async fn main() -> anyhow::Result<()> {
     init_logging();
     match Cli::parse().command {
-        Cmd::Node(args) => turnstile_server::serve::serve(*args).await,
+        Cmd::Node(args) => {
+            turnstile_server::serve::serve_with_test_hooks(args.serve, args.enable_test_hooks).await
+        }
         Cmd::Holder(args) => turnstile_jepsen::holder::run(args).await,
         Cmd::Run(args) => run(args).await,
         Cmd::Check { dir } => {

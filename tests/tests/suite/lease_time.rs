@@ -47,9 +47,11 @@ async fn expiry_frees_locks_and_renewal_keeps_lease() -> anyhow::Result<()> {
 async fn wall_clock_jump_expires_nothing_early() -> anyhow::Result<()> {
     let c = Cluster::start(3).await?;
     let leader = c.leader().await?;
+    // The TTL runs from the lease's grant, which happens after this instant: measuring from
+    // the acquire instead flaked whenever the acquire took a while (~200 ms seen on a loaded box).
+    let requested = Instant::now();
     let lease = c.lease(leader, 4_000).await?;
     assert_eq!(c.acquire(leader, "x", lease).await?.0, 200);
-    let granted = Instant::now();
     for id in c.running() {
         let (code, v) = c
             .post(id, "/debug/clock", json!({"offset_ms": 3_600_000}))
@@ -57,7 +59,7 @@ async fn wall_clock_jump_expires_nothing_early() -> anyhow::Result<()> {
         assert_eq!(code, 200, "{v}");
     }
     // Well inside the TTL the lock must still be held, however far the wall clock jumped.
-    while granted.elapsed() < Duration::from_millis(2_500) {
+    while requested.elapsed() < Duration::from_millis(2_500) {
         let (_, v) = c.get(leader, "/v1/locks/x").await?;
         assert_eq!(
             v["holders"][0]["lease_id"], lease,
@@ -75,7 +77,7 @@ async fn wall_clock_jump_expires_nothing_early() -> anyhow::Result<()> {
     })
     .await?;
     assert!(
-        granted.elapsed() >= Duration::from_millis(4_000),
+        requested.elapsed() >= Duration::from_millis(4_000),
         "expired before its TTL"
     );
     c.shutdown().await;

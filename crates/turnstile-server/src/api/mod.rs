@@ -1,6 +1,10 @@
 //! The client HTTP API (`/v1/...`, `/healthz`, `/readyz`). Handlers are thin: parse and
 //! validate ([`extract`], [`validate`]), route to the leader (`App::write` / `App::read`), and
 //! shape the JSON answer. Errors go through `crate::error::ApiError` only.
+//!
+//! The test hooks ([`debug`], `/debug/*`) are compiled only with the `test-hooks` feature and
+//! mounted only on a node whose test hooks are on; otherwise such a path is an unknown route,
+//! answered by the same fallback (and the same 404 body) as any other.
 
 use std::sync::Arc;
 
@@ -17,6 +21,7 @@ pub mod acquire;
 pub mod admin;
 pub mod cluster;
 pub mod counters;
+#[cfg(feature = "test-hooks")]
 pub mod debug;
 pub mod extract;
 pub mod kv;
@@ -56,6 +61,7 @@ pub fn router(app: Arc<App>) -> Router {
         .layer(middleware::from_fn_with_state(app.clone(), serving_gate));
     Router::new()
         .merge(v1)
+        .merge(test_hooks(&app))
         .route("/v1/cluster", get(cluster::cluster))
         .route("/v1/members", get(members::list).post(members::add))
         .route("/v1/members/{id}", axum::routing::delete(members::remove))
@@ -64,11 +70,25 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/v1/admin/backup", get(admin::backup))
         .route("/healthz", get(cluster::healthz))
         .route("/readyz", get(cluster::readyz))
-        .route("/debug/clock", post(debug::set_clock))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(BODY_BYTES_MAX))
         .with_state(app)
+}
+
+/// The `/debug/*` routes, on a node whose test hooks are on; none otherwise.
+#[cfg(feature = "test-hooks")]
+fn test_hooks(app: &App) -> Router<Arc<App>> {
+    if !app.cfg.enable_test_hooks {
+        return Router::new();
+    }
+    Router::new().route("/debug/clock", post(debug::set_clock))
+}
+
+/// No test hooks in this build.
+#[cfg(not(feature = "test-hooks"))]
+fn test_hooks(_app: &App) -> Router<Arc<App>> {
+    Router::new()
 }
 
 /// Only a node that formed or (re)joined the cluster serves clients. An empty node of an

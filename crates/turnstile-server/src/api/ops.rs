@@ -62,7 +62,7 @@ impl App {
 
     /// Routes a linearizable read to the leader.
     pub async fn read(&self, query: ReadQuery) -> Result<ReadAnswer, ApiError> {
-        if self.cfg.bugs.local_reads {
+        if self.cfg.bugs.local_reads() {
             return Ok(self.answer_locally(&query));
         }
         let timeout_ms = self.cfg.request_timeout_ms;

@@ -1,5 +1,6 @@
 //! Shared by the CLI tests: real `turnstile` processes (killed and reaped on drop), a
-//! one-node `turnstile serve`, and waiting for it to lead.
+//! one-node `turnstile serve` (of this package's binary or another build), and waiting for it
+//! to lead.
 #![allow(dead_code)]
 
 use std::fs;
@@ -81,13 +82,26 @@ pub fn start_server(dir: &Path, listen: &str) -> anyhow::Result<Proc> {
 
 /// Like [`start_server`], with the data dir given.
 pub fn start_server_on(dir: &Path, data_dir: &Path, listen: &str) -> anyhow::Result<Proc> {
-    use std::os::unix::process::CommandExt;
-    let log = fs::File::create(dir.join("server.log"))?;
-    let child = turnstile()
-        .args(["serve", "--id", "1", "--listen", listen, "--data-dir"])
+    let binary = Path::new(env!("CARGO_BIN_EXE_turnstile"));
+    spawn_server(serve_command(binary, data_dir, listen), dir)
+}
+
+/// `<binary> serve` as a one-node cluster on `listen` (`binary`: this package's `turnstile`, or
+/// another build of it).
+pub fn serve_command(binary: &Path, data_dir: &Path, listen: &str) -> Command {
+    let mut cmd = Command::new(binary);
+    cmd.args(["serve", "--id", "1", "--listen", listen, "--data-dir"])
         .arg(data_dir)
         .args(["--initial-cluster", &format!("1={listen}")])
-        .args(["--cluster-secret", "cli-lock-test-secret"])
+        .args(["--cluster-secret", "cli-lock-test-secret"]);
+    cmd
+}
+
+/// Spawns a server `command` in a process group of its own, its output in `dir/server.log`.
+pub fn spawn_server(mut command: Command, dir: &Path) -> anyhow::Result<Proc> {
+    use std::os::unix::process::CommandExt;
+    let log = fs::File::create(dir.join("server.log"))?;
+    let child = command
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)
         .stderr(log)

@@ -1,0 +1,28 @@
+//! The bug switches of a build without the `test-hooks` feature (the `turnstile` binary as the
+//! README builds it): a zero-sized stand-in for `bugs.rs` whose switches are constant off, so
+//! the write and read paths compile to what they would be without the switches, and neither
+//! `TURNSTILE_BUGS` nor any switch name is in the binary.
+
+use turnstile_core::Command;
+
+/// No switches: this build has none to turn on.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Bugs;
+
+impl Bugs {
+    /// Always false: reads go through ReadIndex and the leader.
+    #[inline(always)]
+    pub fn local_reads(&self) -> bool {
+        false
+    }
+
+    /// The write, unchanged.
+    #[inline(always)]
+    pub fn break_write(
+        &self,
+        request_id: Option<String>,
+        command: Command,
+    ) -> (Option<String>, Command) {
+        (request_id, command)
+    }
+}
