@@ -107,9 +107,11 @@ async fn gate(State(app): State<Arc<App>>, req: Request, next: Next) -> Response
         );
     }
     // `/raft/identity` answers anyone with the secret, so a node of another cluster can learn
-    // that it is foreign and refuse to start. Every other call must name our cluster once we
-    // know it: a missing id is refused like a wrong one.
-    if path != IDENTITY_PATH {
+    // that it is foreign and refuse to start. A sender that names another cluster is refused.
+    // A sender that names none yet (forming, or re-added from an empty data dir and still
+    // catching up) is let through: the header is covered by the MAC, so nobody on the path can
+    // strip it from a foreign node's call.
+    if path != IDENTITY_PATH && !theirs.is_empty() {
         if let Some(ours) = identity.cluster_id() {
             if theirs != ours {
                 tracing::warn!(theirs, ours, "peer RPC from another cluster refused");
