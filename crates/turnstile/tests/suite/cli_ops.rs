@@ -8,14 +8,13 @@
 //! strings in its bytes. A build with the hooks compiled in (feature unification) still offers
 //! no way to switch them on.
 
-mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use anyhow::{bail, ensure, Context};
-use common::*;
+use crate::common::*;
 use serde_json::{json, Value};
 
 /// Runs `turnstile --endpoints <endpoint> <args>` and returns its output.

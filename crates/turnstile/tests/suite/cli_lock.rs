@@ -4,7 +4,6 @@
 //! would have finished, the CLI exits with CMD's status, and the lock is free afterwards.
 //! `lock` exits with CMD's own status and releases the lock when CMD ends normally.
 
-mod common;
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -13,7 +12,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use common::*;
+use crate::common::*;
 
 /// How long CMD would run if nobody stopped it.
 const CMD_SLEEP_S: u64 = 60;
