@@ -15,14 +15,17 @@ pub const ACKS_PER_REQUEST_MAX: usize = 64;
 /// Most ids waiting to be sent; past it the oldest are dropped (they age out instead).
 pub const PENDING_ACKS_MAX: usize = 4_096;
 
-/// Ids answered and not yet acknowledged to the server.
+/// Ids answered and not yet acknowledged to the server. [`crate::Client`] keeps one; it is
+/// public for callers that speak HTTP themselves (the benchmark harness's soak) and want to
+/// acknowledge exactly as the client does.
 #[derive(Debug, Default)]
-pub(crate) struct PendingAcks {
+pub struct PendingAcks {
     ids: Mutex<VecDeque<String>>,
 }
 
 impl PendingAcks {
-    pub(crate) fn push(&self, id: String) {
+    /// Queues an answered id, dropping the oldest past [`PENDING_ACKS_MAX`].
+    pub fn push(&self, id: String) {
         if let Ok(mut q) = self.ids.lock() {
             if q.len() >= PENDING_ACKS_MAX {
                 q.pop_front();
@@ -32,7 +35,7 @@ impl PendingAcks {
     }
 
     /// The next ids to send, as a header value, or `None` if there are none.
-    pub(crate) fn take(&self) -> Option<(Vec<String>, String)> {
+    pub fn take(&self) -> Option<(Vec<String>, String)> {
         let mut q = self.ids.lock().ok()?;
         let n = q.len().min(ACKS_PER_REQUEST_MAX);
         if n == 0 {
@@ -44,7 +47,7 @@ impl PendingAcks {
     }
 
     /// Puts back ids whose request never reached a server.
-    pub(crate) fn restore(&self, ids: Vec<String>) {
+    pub fn restore(&self, ids: Vec<String>) {
         if let Ok(mut q) = self.ids.lock() {
             for id in ids.into_iter().rev() {
                 if q.len() >= PENDING_ACKS_MAX {

@@ -49,6 +49,7 @@ mod sse;
 mod types;
 mod watch;
 
+pub use acks::{PendingAcks, ACKS_PER_REQUEST_MAX, ACK_HEADER, PENDING_ACKS_MAX};
 pub use admin::{Members, SnapshotTaken};
 pub use client::{
     Client, ClientConfig, CONNECT_TIMEOUT_MS_DEFAULT, REQUEST_TIMEOUT_MS_DEFAULT,

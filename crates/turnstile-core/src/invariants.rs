@@ -206,12 +206,11 @@ impl State {
                 self.request_expiries.len()
             ));
         }
-        let mut derived = self.clone();
-        derived.rebuild_derived();
-        if derived.grant_requests != self.grant_requests {
+        let derived = self.derived_grant_requests();
+        if derived != self.grant_requests {
             return fail(format!(
-                "grant index {:?} differs from the records' {:?}",
-                self.grant_requests, derived.grant_requests
+                "grant index {:?} differs from the records' {derived:?}",
+                self.grant_requests
             ));
         }
         for (rid, rec) in &self.requests {

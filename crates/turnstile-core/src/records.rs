@@ -164,8 +164,12 @@ impl State {
     /// Recomputes what is derived from the encoded state (`grant_requests`); called after
     /// every decode.
     pub fn rebuild_derived(&mut self) {
-        self.grant_requests = self
-            .requests
+        self.grant_requests = self.derived_grant_requests();
+    }
+
+    /// `grant_requests` as the records say it must be.
+    pub(crate) fn derived_grant_requests(&self) -> std::collections::BTreeSet<(u64, u64, String)> {
+        self.requests
             .iter()
             .filter(|(_, r)| r.lease_id.is_some())
             .filter_map(|(id, r)| match &r.response.outcome {
@@ -174,6 +178,6 @@ impl State {
                 }) => Some((*lease_id, *token, id.clone())),
                 _ => None,
             })
-            .collect();
+            .collect()
     }
 }

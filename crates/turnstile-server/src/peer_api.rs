@@ -41,9 +41,18 @@ pub struct PeerStatus {
     pub phase: Phase,
 }
 
-/// Largest peer request body: replication batches (up to 8 MiB) and whole snapshots must
-/// fit, or a lagging follower could never catch up.
+/// Largest peer request body: a whole snapshot must fit, or a lagging follower could never
+/// catch up. Only `/raft/snapshot` may send this much.
 pub const PEER_BODY_BYTES_MAX: usize = 256 * 1024 * 1024;
+/// Largest body of every other peer route: an append batch is read from the log in at most
+/// 8 MiB (the log store's read budget), so this leaves room and no more.
+pub const PEER_MESSAGE_BYTES_MAX: usize = 32 * 1024 * 1024;
+/// Snapshot bodies buffered at once. The MAC covers the body, so a body is read before it can
+/// be judged; this keeps a caller without the secret from making the node buffer many of them.
+const SNAPSHOT_BODIES_IN_FLIGHT_MAX: usize = 1;
+
+static SNAPSHOT_BODIES: tokio::sync::Semaphore =
+    tokio::sync::Semaphore::const_new(SNAPSHOT_BODIES_IN_FLIGHT_MAX);
 
 /// The `/raft` router.
 pub fn router(app: Arc<App>) -> Router {
@@ -75,7 +84,31 @@ fn refuse(status: StatusCode, message: &'static str) -> Response {
 /// (503); signs the reply of every call it lets through.
 async fn gate(State(app): State<Arc<App>>, req: Request, next: Next) -> Response {
     let (parts, body) = req.into_parts();
-    let body = match axum::body::to_bytes(body, PEER_BODY_BYTES_MAX).await {
+    let header = |name: &str| parts.headers.get(name).and_then(|v| v.to_str().ok());
+    let path = parts.uri.path().to_owned();
+    let from = header(FROM_HEADER).and_then(|v| v.parse::<u64>().ok());
+    let theirs = header(CLUSTER_ID_HEADER).unwrap_or("");
+    // Refused before any body byte is read: no MAC, or no sender.
+    let (Some(mac), Some(_)) = (header(AUTH_HEADER).map(str::to_owned), from) else {
+        app.denials.peer(&path, from, "no peer MAC or sender");
+        return refuse(
+            StatusCode::UNAUTHORIZED,
+            "peer call without a MAC or a sender",
+        );
+    };
+    // Only a snapshot may be large, and only one is buffered at a time.
+    let snapshot = path == "/raft/snapshot";
+    let _snapshot_permit = if snapshot {
+        SNAPSHOT_BODIES.acquire().await.ok()
+    } else {
+        None
+    };
+    let limit = if snapshot {
+        PEER_BODY_BYTES_MAX
+    } else {
+        PEER_MESSAGE_BYTES_MAX
+    };
+    let body = match axum::body::to_bytes(body, limit).await {
         Ok(b) => b,
         Err(_) => {
             return refuse(
@@ -84,14 +117,6 @@ async fn gate(State(app): State<Arc<App>>, req: Request, next: Next) -> Response
             )
         }
     };
-    let header = |name: &str| parts.headers.get(name).and_then(|v| v.to_str().ok());
-    let path = parts.uri.path().to_owned();
-    let from = header(FROM_HEADER).and_then(|v| v.parse::<u64>().ok());
-    let theirs = header(CLUSTER_ID_HEADER).unwrap_or("");
-    let Some(mac) = header(AUTH_HEADER).map(str::to_owned) else {
-        app.denials.peer(&path, from, "no peer MAC");
-        return refuse(StatusCode::UNAUTHORIZED, "peer call without a MAC");
-    };
     let identity = app.peers.identity();
     let head = RequestHead {
         method: parts.method.as_str(),
@@ -99,7 +124,7 @@ async fn gate(State(app): State<Arc<App>>, req: Request, next: Next) -> Response
         from: from.unwrap_or(0),
         cluster_id: theirs,
     };
-    if from.is_none() || !identity.key.verify_request(&head, &body, &mac) {
+    if !identity.key.verify_request(&head, &body, &mac) {
         app.denials.peer(&path, from, "wrong peer MAC");
         return refuse(
             StatusCode::UNAUTHORIZED,

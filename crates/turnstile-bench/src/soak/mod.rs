@@ -6,13 +6,12 @@
 //! as the Rust client does (or not, with `--no-ack`). See docs/benchmarks.md, "Soak".
 //!
 //! Module map:
-//! - `acks`: the pending-acknowledgment queue (the Rust client's);
+//! - acknowledgments use the Rust client's own queue (`turnstile_client::PendingAcks`);
 //! - `session`: one client's counted calls; `counters`: the counts all clients share;
 //! - `load`: the acquire/release loop and the keepalive loop;
 //! - `sample`: what is read every interval; `verdict`: the per-minute table and verdicts;
 //! - `report`: Markdown and JSON.
 
-mod acks;
 mod counters;
 mod load;
 mod report;

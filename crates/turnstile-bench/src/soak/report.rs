@@ -4,7 +4,6 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use super::acks::ACKS_PER_REQUEST_MAX;
 use super::counters::Counts;
 use super::sample::Sample;
 use super::verdict::{self, Judgement, Minute, Verdict};
@@ -12,6 +11,7 @@ use crate::machine::Machine;
 use crate::plan::{SoakPlan, SOAK_KEEPALIVE_INTERVAL_MS, SOAK_LEASE_TTL_MS};
 use crate::report::{count, num};
 use crate::turnstile_api::RequestRecords;
+use turnstile_client::ACKS_PER_REQUEST_MAX;
 
 /// How the soak was set up.
 #[derive(Clone, Debug, serde::Serialize)]

@@ -9,9 +9,9 @@ use std::sync::Arc;
 
 use serde_json::{json, Value};
 
-use super::acks::{PendingAcks, ACK_HEADER};
 use super::counters::Counters;
 use crate::turnstile_api::TurnstileApi;
+use turnstile_client::{PendingAcks, ACK_HEADER};
 
 /// The error code of an answer whose outcome is unknown; its id is not acknowledged, since a
 /// client may still resend it to learn the outcome (as the Rust client allows).

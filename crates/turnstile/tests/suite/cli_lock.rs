@@ -4,15 +4,14 @@
 //! would have finished, the CLI exits with CMD's status, and the lock is free afterwards.
 //! `lock` exits with CMD's own status and releases the lock when CMD ends normally.
 
-
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::Stdio;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context};
 use crate::common::*;
+use anyhow::{bail, Context};
 
 /// How long CMD would run if nobody stopped it.
 const CMD_SLEEP_S: u64 = 60;

@@ -8,13 +8,12 @@
 //! strings in its bytes. A build with the hooks compiled in (feature unification) still offers
 //! no way to switch them on.
 
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use anyhow::{bail, ensure, Context};
 use crate::common::*;
+use anyhow::{bail, ensure, Context};
 use serde_json::{json, Value};
 
 /// Runs `turnstile --endpoints <endpoint> <args>` and returns its output.
