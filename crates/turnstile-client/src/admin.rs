@@ -69,7 +69,8 @@ impl Client {
     /// A backup file: the leader's state after a linearizable read barrier, so it holds every
     /// write acknowledged before the call. Restore it with `turnstile restore`.
     pub async fn backup(&self) -> Result<Vec<u8>, Error> {
-        let req: Prepared<Vec<u8>> = Prepared::read("/v1/admin/backup".into());
+        let req: Prepared<Vec<u8>> = Prepared::read("/v1/admin/backup".into())
+            .with_answer_bytes_max(crate::request::BACKUP_BYTES_MAX);
         self.send_bytes(&req.with_server_wait(Duration::from_millis(SNAPSHOT_MS_MAX)))
             .await
     }

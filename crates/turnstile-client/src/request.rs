@@ -22,6 +22,13 @@ const BACKOFF_MS_MIN: u64 = 50;
 const BACKOFF_MS_MAX: u64 = 1_000;
 /// Shortest HTTP timeout given to an attempt, even when the deadline is closer.
 pub(crate) const ATTEMPT_MS_MIN: u64 = 200;
+/// Largest answer read for a call: far above any the server sends (a lock view with 10,000
+/// waiters is about 1 MiB), so a hostile or broken endpoint cannot make the client allocate
+/// what it likes.
+pub const ANSWER_BYTES_MAX: usize = 64 * 1024 * 1024;
+/// Largest backup read: four times what a node accepts as a whole snapshot from a peer (256
+/// MiB), past which the cluster itself could not bring a follower up to date.
+pub const BACKUP_BYTES_MAX: usize = 1024 * 1024 * 1024;
 
 /// A request ready to send, with its `request_id` (for writes) fixed. Sending it again is how
 /// a caller resolves an [`Error::Indeterminate`]: the server dedups by `request_id` and
@@ -36,6 +43,8 @@ pub struct Prepared<T> {
     /// is added to the HTTP timeout and to the retry deadline.
     pub(crate) server_wait: Duration,
     pub(crate) mutating: bool,
+    /// Largest answer body read ([`ANSWER_BYTES_MAX`] unless raised, for backups).
+    pub(crate) answer_bytes_max: usize,
     answer: PhantomData<fn() -> T>,
 }
 
@@ -48,6 +57,7 @@ impl<T> Prepared<T> {
             request_id: None,
             server_wait: Duration::ZERO,
             mutating,
+            answer_bytes_max: ANSWER_BYTES_MAX,
             answer: PhantomData,
         }
     }
@@ -82,6 +92,11 @@ impl<T> Prepared<T> {
     /// A write without a `request_id` (keepalive: repeating it is harmless).
     pub(crate) fn idempotent_write(method: Method, path: String) -> Prepared<T> {
         Prepared::new(method, path, None, true)
+    }
+
+    pub(crate) fn with_answer_bytes_max(mut self, max: usize) -> Prepared<T> {
+        self.answer_bytes_max = max;
+        self
     }
 
     pub(crate) fn with_server_wait(mut self, wait: Duration) -> Prepared<T> {
@@ -277,12 +292,37 @@ impl Client {
             }
         };
         let status = resp.status().as_u16();
-        let bytes = resp.bytes().await.map_err(|e| transport(url, &e))?;
+        let bytes = read_capped(url, resp, req.answer_bytes_max).await?;
         if (200..300).contains(&status) {
             return Ok(bytes);
         }
         Err(refusal(url, status, &bytes).into())
     }
+}
+
+/// Reads an answer body, refusing (without reading on) one over `max` bytes.
+async fn read_capped(
+    url: &str,
+    mut resp: reqwest::Response,
+    max: usize,
+) -> Result<bytes::Bytes, Failure> {
+    let too_large = || Failure {
+        error: Error::Protocol {
+            message: format!("{url}: answer over {max} bytes; not read"),
+        },
+        retry: Retry::No,
+    };
+    if resp.content_length().is_some_and(|len| len > max as u64) {
+        return Err(too_large());
+    }
+    let mut bytes = bytes::BytesMut::new();
+    while let Some(chunk) = resp.chunk().await.map_err(|e| transport(url, &e))? {
+        if bytes.len() + chunk.len() > max {
+            return Err(too_large());
+        }
+        bytes.extend_from_slice(&chunk);
+    }
+    Ok(bytes.freeze())
 }
 
 /// Decodes a JSON answer (an empty body reads as `null`).
@@ -384,6 +424,65 @@ mod tests {
             .iter()
             .all(|p| *p <= Duration::from_millis(BACKOFF_MS_MAX)));
         assert!(pauses[9] >= Duration::from_millis(BACKOFF_MS_MAX / 2));
+    }
+
+    /// An endpoint that answers every request with `head` and then `body_chunks` chunks of
+    /// 1 MiB (chunked encoding), for at most a few connections.
+    async fn hostile_endpoint(head: &'static str, body_chunks: usize) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        tokio::spawn(async move {
+            for _ in 0..8 {
+                let Ok((mut sock, _)) = listener.accept().await else {
+                    return;
+                };
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 64 * 1024];
+                    let _ = sock.read(&mut buf).await;
+                    let _ = sock.write_all(head.as_bytes()).await;
+                    let chunk = vec![b'x'; 1 << 20];
+                    for _ in 0..body_chunks {
+                        let mut framed = format!("{:x}\r\n", chunk.len()).into_bytes();
+                        framed.extend_from_slice(&chunk);
+                        framed.extend_from_slice(b"\r\n");
+                        if sock.write_all(&framed).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        addr.to_string()
+    }
+
+    #[tokio::test]
+    async fn answers_past_the_cap_are_refused_unread() {
+        // Claims 1 TiB: refused on the header, nothing read.
+        let huge = hostile_endpoint(
+            "HTTP/1.1 200 OK\r\ncontent-length: 1099511627776\r\n\r\n",
+            0,
+        )
+        .await;
+        // 100 MiB, chunked: refused once past 64 MiB.
+        let endless =
+            hostile_endpoint("HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n", 100).await;
+        for endpoint in [huge, endless] {
+            let client = Client::new(vec![endpoint.clone()]).expect("client");
+            let req: Prepared<Value> = Prepared::read("/v1/locks/x".into());
+            let failure = client
+                .send_once(&req, Duration::from_secs(30))
+                .await
+                .expect_err("refused");
+            assert_eq!(failure.retry, Retry::No, "{endpoint}: {:?}", failure.error);
+            assert!(
+                failure.error.to_string().contains("answer over"),
+                "{endpoint}: {}",
+                failure.error
+            );
+        }
     }
 
     #[test]
