@@ -19,6 +19,22 @@ pub struct Machine {
 }
 
 impl Machine {
+    /// The two report lines every output starts with: the machine, and the load average at the
+    /// run's start and end.
+    pub fn markdown_lines(&self, loadavg_end: &str) -> String {
+        format!(
+            "- machine: {} CPUs ({}), {:.1} GiB, Linux {}; data dirs on {}\n\
+             - load average (1, 5, 15 min) at start: {}; at end: {}\n",
+            self.cpus,
+            self.cpu_model,
+            self.mem_gib,
+            self.kernel,
+            self.data_fs,
+            self.loadavg_start,
+            loadavg_end
+        )
+    }
+
     pub fn read(work_dir: &Path, etcd_bin: Option<&Path>) -> Machine {
         let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
         let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();

@@ -132,16 +132,7 @@ impl Report {
             },
             self.wall_s
         );
-        let _ = writeln!(
-            s,
-            "- machine: {} CPUs ({}), {:.1} GiB, Linux {}; data dirs on {}",
-            m.cpus, m.cpu_model, m.mem_gib, m.kernel, m.data_fs
-        );
-        let _ = writeln!(
-            s,
-            "- load average (1, 5, 15 min) at start: {}; at end: {}",
-            m.loadavg_start, self.loadavg_end
-        );
+        s.push_str(&m.markdown_lines(&self.loadavg_end));
         if let Some(v) = &m.etcd_version {
             let _ = writeln!(s, "- etcd {v}");
         }

@@ -136,14 +136,26 @@ impl State {
         }
     }
 
-    /// `Ack`: forgets the records of requests whose answers the client has.
+    /// `Ack`: forgets the records of requests whose answers the client has, with every index
+    /// entry that names them (the lease's pin, the grant index, the window).
     pub(crate) fn ack(&mut self, request_ids: &[String]) -> Outcome {
         for id in request_ids.iter().take(limits::ACKS_PER_ENTRY_MAX) {
-            self.unpin_record(id);
-            if let Some(record) = self.requests.remove(id) {
-                if let Some(expires_ms) = record.expires_ms {
-                    self.request_expiries.remove(&(expires_ms, id.clone()));
+            let Some(record) = self.requests.remove(id) else {
+                continue;
+            };
+            if let Some(lease_id) = record.lease_id {
+                if let Some(lease) = self.leases.get_mut(&lease_id) {
+                    lease.request_ids.remove(id);
                 }
+                if let Ok(Outcome::Granted {
+                    token, lease_id, ..
+                }) = &record.response.outcome
+                {
+                    self.grant_requests.remove(&(*lease_id, *token, id.clone()));
+                }
+            }
+            if let Some(expires_ms) = record.expires_ms {
+                self.request_expiries.remove(&(expires_ms, id.clone()));
             }
         }
         Outcome::Applied

@@ -474,6 +474,18 @@ impl NodeConfig {
 mod tests {
     use super::*;
 
+    /// The five settings a node needs, everything else left to its default.
+    fn minimal() -> ServeArgs {
+        ServeArgs {
+            id: Some(1),
+            listen: Some("127.0.0.1:1".parse().expect("addr")),
+            data_dir: Some("/tmp/x".into()),
+            initial_cluster: Some("1=127.0.0.1:1".into()),
+            cluster_secret: Some("0123456789".into()),
+            ..ServeArgs::default()
+        }
+    }
+
     #[test]
     fn initial_cluster_parses_and_rejects() {
         let m = parse_initial_cluster("1=127.0.0.1:7001, 2=127.0.0.1:7002").expect("parses");
@@ -492,14 +504,9 @@ mod tests {
     #[test]
     fn validation_catches_inconsistent_timeouts() {
         let args = ServeArgs {
-            id: Some(1),
-            listen: Some("127.0.0.1:1".parse().expect("addr")),
-            data_dir: Some("/tmp/x".into()),
-            initial_cluster: Some("1=127.0.0.1:1".into()),
-            cluster_secret: Some("0123456789".into()),
             election_timeout_ms_min: Some(900),
             election_timeout_ms_max: Some(800),
-            ..ServeArgs::default()
+            ..minimal()
         };
         assert!(matches!(
             args.clone().resolve(),
@@ -515,13 +522,8 @@ mod tests {
     #[test]
     fn metrics_lock_names_is_capped() {
         let args = |names| ServeArgs {
-            id: Some(1),
-            listen: Some("127.0.0.1:1".parse().expect("addr")),
-            data_dir: Some("/tmp/x".into()),
-            initial_cluster: Some("1=127.0.0.1:1".into()),
-            cluster_secret: Some("0123456789".into()),
             metrics_lock_names: names,
-            ..ServeArgs::default()
+            ..minimal()
         };
         let resolved = |names| args(names).resolve().map(|c| c.metrics_lock_names);
         assert_eq!(resolved(None).ok(), Some(0));
@@ -534,14 +536,7 @@ mod tests {
 
     #[test]
     fn http_limits_have_defaults_and_bounds() {
-        let args = ServeArgs {
-            id: Some(1),
-            listen: Some("127.0.0.1:1".parse().expect("addr")),
-            data_dir: Some("/tmp/x".into()),
-            initial_cluster: Some("1=127.0.0.1:1".into()),
-            cluster_secret: Some("0123456789".into()),
-            ..ServeArgs::default()
-        };
+        let args = minimal();
         let cfg = args.clone().resolve().expect("defaults are valid");
         assert_eq!(
             (

@@ -150,16 +150,7 @@ impl SoakReport {
             num(st.sample_s),
             self.wall_s
         );
-        let _ = writeln!(
-            s,
-            "- machine: {} CPUs ({}), {:.1} GiB, Linux {}; data dirs on {}",
-            m.cpus, m.cpu_model, m.mem_gib, m.kernel, m.data_fs
-        );
-        let _ = writeln!(
-            s,
-            "- load average (1, 5, 15 min) at start: {}; at end: {}",
-            m.loadavg_start, self.loadavg_end
-        );
+        s.push_str(&m.markdown_lines(&self.loadavg_end));
         s.push_str(&self.verdicts_section());
         s.push_str(&self.totals_section());
         s.push_str(&minutes_table(&self.minutes));
