@@ -8,6 +8,7 @@
 
 use sha2::{Digest, Sha256};
 
+use crate::auth;
 use crate::codec;
 use crate::command::{Command, Condition, Envelope, Fence, LockMode};
 use crate::events::{Event, ReleaseCause};
@@ -75,6 +76,16 @@ impl State {
             return respond(Err(ApplyError::RequestIdReused {
                 request_id: request_id.to_string(),
             }));
+        }
+        if let Some(principal) = auth::request_id_principal(request_id).filter(|p| *p != auth::ROOT)
+        {
+            let limit = self.auth.quotas(principal).request_records();
+            if self.auth.usage_of(principal).request_records >= limit {
+                return respond(Err(ApplyError::QuotaExceeded {
+                    quota: "request_records".into(),
+                    limit,
+                }));
+            }
         }
         if self.requests.len() >= limits::REQUEST_RECORDS_MAX {
             return respond(Err(ApplyError::LimitReached {
@@ -177,7 +188,71 @@ impl State {
             } => self.kv_delete(index, key, condition.as_ref(), fence.as_ref()),
             Command::CounterIncr { name, by } => self.counter_incr(name, *by),
             Command::Ack { request_ids } => Ok(self.ack(request_ids)),
+            Command::As {
+                principal,
+                token_id,
+                command,
+            } => self.run_as(
+                ctx,
+                principal,
+                token_id.as_deref(),
+                command,
+                request_id,
+                expired,
+            ),
+            Command::AuthPutRole { .. }
+            | Command::AuthDeleteRole { .. }
+            | Command::AuthPutUser { .. }
+            | Command::AuthDeleteUser { .. }
+            | Command::AuthCreateToken { .. }
+            | Command::AuthDeleteToken { .. } => Err(ApplyError::Invalid {
+                reason: "auth changes need an authenticated root".into(),
+            }),
         }
+    }
+
+    /// `Command::As`: the token must still be valid and the principal allowed (judged now,
+    /// at apply); what the command creates is recorded as the principal's; a refusal hides
+    /// what the principal may not see.
+    fn run_as(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        principal: &str,
+        token_id: Option<&str>,
+        cmd: &Command,
+        request_id: Option<&str>,
+        expired: Vec<u64>,
+    ) -> ApplyResult {
+        if let Some(id) = token_id {
+            let now = self.sm_time_ms;
+            let valid = self
+                .auth
+                .tokens
+                .get(id)
+                .is_some_and(|t| t.user == principal && t.expires_ms.is_none_or(|e| now < e));
+            if !valid {
+                return Err(ApplyError::Unauthenticated {
+                    reason: format!("token {id} was deleted or has expired"),
+                });
+            }
+        }
+        self.authorize(principal, cmd)?;
+        if let Some(result) = self.apply_auth_change(ctx.index, cmd) {
+            return result;
+        }
+        let created_key = match cmd {
+            Command::KvPut { key, .. } if !self.keys.contains_key(key) => Some(key.as_str()),
+            _ => None,
+        };
+        let result = self.run(ctx, cmd, request_id, expired);
+        match (&result, created_key) {
+            (Ok(Outcome::LeaseGranted { lease_id, .. }), _) => {
+                self.auth.own_lease(principal, *lease_id)
+            }
+            (Ok(Outcome::KvWritten { .. }), Some(key)) => self.auth.own_key(principal, key),
+            _ => {}
+        }
+        result.map_err(|e| self.redact_error(principal, e))
     }
 
     fn init_cluster(&mut self, cluster_id: &str) -> Outcome {
@@ -467,6 +542,7 @@ impl State {
         let Some(lease) = self.leases.remove(&lease_id) else {
             return;
         };
+        self.auth.forget_lease(lease_id);
         self.lease_deadlines.remove(&(lease.deadline_ms, lease_id));
         for name in &lease.locks {
             let token = self.locks.get_mut(name).and_then(|l| {
@@ -489,6 +565,7 @@ impl State {
         self.pump(ctx, affected);
         for key in &lease.keys {
             self.keys.remove(key);
+            self.auth.forget_key(key);
             self.push_event(ctx.index, Event::Delete { key: key.clone() });
         }
         for request_id in &lease.request_ids {
@@ -500,6 +577,7 @@ impl State {
         let Some(record) = self.keys.remove(key) else {
             return false;
         };
+        self.auth.forget_key(key);
         if let Some(lease) = record.lease_id.and_then(|id| self.leases.get_mut(&id)) {
             lease.keys.remove(key);
         }

@@ -10,8 +10,9 @@ use sha2::{Digest, Sha256};
 use crate::command::{Command, Envelope};
 use crate::state::State;
 
-/// Version of the state encoding written today.
-pub const STATE_FORMAT_VERSION: u32 = 1;
+/// Version of the state encoding written today. 2 appends the auth state (`crate::auth`) after
+/// the state; a version-1 frame decodes with an empty auth state.
+pub const STATE_FORMAT_VERSION: u32 = 2;
 
 /// Why bytes could not be decoded.
 #[derive(Debug, thiserror::Error)]
@@ -32,6 +33,13 @@ pub enum CodecError {
 struct StateFrame<T> {
     version: u32,
     state: T,
+}
+
+#[derive(Serialize, Deserialize)]
+struct StateFrameV2<T, A> {
+    version: u32,
+    state: T,
+    auth: A,
 }
 
 fn config() -> bincode::config::Configuration {
@@ -111,9 +119,10 @@ pub fn decode_envelope(bytes: &[u8]) -> Result<Envelope, CodecError> {
 
 /// Encodes the state, framed with [`STATE_FORMAT_VERSION`].
 pub fn encode_state(state: &State) -> Result<Vec<u8>, CodecError> {
-    encode(&StateFrame {
+    encode(&StateFrameV2 {
         version: STATE_FORMAT_VERSION,
         state,
+        auth: &state.auth,
     })
 }
 
@@ -126,9 +135,17 @@ pub fn decode_state(bytes: &[u8]) -> Result<State, CodecError> {
             known: STATE_FORMAT_VERSION,
         });
     }
-    let mut frame: StateFrame<State> = decode(bytes)?;
-    frame.state.rebuild_derived();
-    Ok(frame.state)
+    let mut state = if version == 1 {
+        let frame: StateFrame<State> = decode(bytes)?;
+        frame.state
+    } else {
+        let frame: StateFrameV2<State, crate::auth::AuthState> = decode(bytes)?;
+        let mut state = frame.state;
+        state.auth = frame.auth;
+        state
+    };
+    state.rebuild_derived();
+    Ok(state)
 }
 
 #[cfg(test)]

@@ -24,18 +24,31 @@ pub enum Command {
     /// Moves `sm_time` forward when the cluster is otherwise idle; expires due leases.
     Tick,
     /// Sets the replicated `cluster_id` if none is set yet; later ones are no-ops.
-    InitCluster { cluster_id: String },
+    InitCluster {
+        cluster_id: String,
+    },
     /// Grants a lease; its id is this entry's index.
-    LeaseGrant { ttl_ms: u64 },
+    LeaseGrant {
+        ttl_ms: u64,
+    },
     /// Renews each named lease that is still live at apply time.
-    LeaseKeepalive { lease_ids: Vec<u64> },
+    LeaseKeepalive {
+        lease_ids: Vec<u64>,
+    },
     /// Ends a lease now: releases its locks and deletes its keys.
-    LeaseRevoke { lease_id: u64 },
+    LeaseRevoke {
+        lease_id: u64,
+    },
     /// Proposed by the leader when it believes leases are due. Applies only to those still
     /// due at apply time: a renewal committed in between wins.
-    Expire { lease_ids: Vec<u64> },
+    Expire {
+        lease_ids: Vec<u64>,
+    },
     /// Try-acquires an exclusive lock for a lease.
-    LockAcquire { name: String, lease_id: u64 },
+    LockAcquire {
+        name: String,
+        lease_id: u64,
+    },
     /// Releases one acquisition, named by its token and lease.
     LockRelease {
         name: String,
@@ -57,7 +70,10 @@ pub enum Command {
         fence: Option<Fence>,
     },
     /// Adds `by` to a counter (created at 0).
-    CounterIncr { name: String, by: i64 },
+    CounterIncr {
+        name: String,
+        by: i64,
+    },
     /// Acquires one lock, or several atomically (all or nothing, one entry), in `mode`. With
     /// `wait`, a request that cannot be granted now is queued FIFO under the envelope's
     /// `request_id` (its waiter id) and answered later by the entry that grants it.
@@ -71,13 +87,20 @@ pub enum Command {
     },
     /// Withdraws a waiter (timeout, client cancel, dropped connection). Dequeues it, or, if
     /// its grant won the race, releases that grant.
-    Cancel { waiter_id: String },
+    Cancel {
+        waiter_id: String,
+    },
     /// Fails a waiter chosen as a deadlock victim, only if it is still deadlocked at apply.
-    AbortWaiter { waiter_id: String, cycle: Vec<u64> },
+    AbortWaiter {
+        waiter_id: String,
+        cycle: Vec<u64>,
+    },
     /// Clients have seen the answers to these requests and will not retry them: their
     /// records go now instead of at the end of the retry window. Ids without a record are
     /// ignored. Proposed by nodes in batches of what clients acknowledged.
-    Ack { request_ids: Vec<String> },
+    Ack {
+        request_ids: Vec<String>,
+    },
     /// `Acquire` that also names how long the caller waits (`wait_ms`; 0 = try once). The
     /// state machine acts exactly as for `Acquire { wait: wait_ms > 0 }`; carrying `wait_ms`
     /// makes it part of the request's identity, so a request that reuses a queued acquire's
@@ -89,6 +112,45 @@ pub enum Command {
         mode: LockMode,
         permits: Option<u32>,
         wait_ms: u64,
+    },
+    /// A client command made by an authenticated principal (with the bearer token it used,
+    /// if any). `apply` judges it against the auth state at apply time (`crate::auth`): a
+    /// token deleted or a permission revoked before this entry commits is not honoured.
+    As {
+        principal: String,
+        token_id: Option<String>,
+        command: Box<Command>,
+    },
+    /// Creates or replaces a role (root only).
+    AuthPutRole {
+        role: String,
+        permissions: Vec<crate::auth::Permission>,
+        metrics: bool,
+    },
+    /// Deletes a role; users naming it lose what it granted.
+    AuthDeleteRole {
+        role: String,
+    },
+    /// Creates or replaces a user (root only).
+    AuthPutUser {
+        user: String,
+        roles: Vec<String>,
+        quotas: crate::auth::Quotas,
+    },
+    /// Deletes a user and every token of it. Its leases live on until they end.
+    AuthDeleteUser {
+        user: String,
+    },
+    /// Stores a token's id and the SHA-256 of its secret (the secret itself is made by the
+    /// node and shown to the caller once; it never enters the log).
+    AuthCreateToken {
+        token_id: String,
+        user: String,
+        secret_sha256: [u8; 32],
+        ttl_ms: Option<u64>,
+    },
+    AuthDeleteToken {
+        token_id: String,
     },
 }
 
@@ -129,6 +191,14 @@ pub struct Fence {
 }
 
 impl Command {
+    /// The command itself, without an `As` wrapper.
+    pub fn inner(&self) -> &Command {
+        match self {
+            Command::As { command, .. } => command,
+            other => other,
+        }
+    }
+
     /// The lease a request-id record of this command should live as long as, if any.
     pub fn concerned_lease(&self) -> Option<u64> {
         match self {
@@ -138,6 +208,7 @@ impl Command {
             | Command::AcquireFor { lease_id, .. }
             | Command::LockRelease { lease_id, .. } => Some(*lease_id),
             Command::KvPut { lease_id, .. } => *lease_id,
+            Command::As { command, .. } => command.concerned_lease(),
             _ => None,
         }
     }
@@ -160,6 +231,13 @@ impl Command {
             Command::Ack { .. } => "ack",
             Command::Cancel { .. } => "cancel",
             Command::AbortWaiter { .. } => "abort_waiter",
+            Command::As { command, .. } => command.kind(),
+            Command::AuthPutRole { .. } => "auth_put_role",
+            Command::AuthDeleteRole { .. } => "auth_delete_role",
+            Command::AuthPutUser { .. } => "auth_put_user",
+            Command::AuthDeleteUser { .. } => "auth_delete_user",
+            Command::AuthCreateToken { .. } => "auth_create_token",
+            Command::AuthDeleteToken { .. } => "auth_delete_token",
         }
     }
 }

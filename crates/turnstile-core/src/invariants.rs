@@ -19,6 +19,7 @@ impl State {
         self.check_leases()?;
         self.check_locks()?;
         self.check_keys()?;
+        self.check_auth()?;
         self.check_requests()
     }
 
@@ -190,6 +191,34 @@ impl State {
                     ));
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// Owners name only live leases and keys, and the derived auth indexes match a rebuild.
+    fn check_auth(&self) -> Result<(), InvariantViolation> {
+        if let Some(id) = self
+            .auth
+            .lease_owners
+            .keys()
+            .find(|id| !self.leases.contains_key(id))
+        {
+            return fail(format!("lease {id} has an owner but does not exist"));
+        }
+        if let Some(k) = self
+            .auth
+            .key_owners
+            .keys()
+            .find(|k| !self.keys.contains_key(*k))
+        {
+            return fail(format!("key {k} has an owner but does not exist"));
+        }
+        let (leases_by_owner, usage) = self.derived_auth();
+        if leases_by_owner != self.auth.leases_by_owner || usage != self.auth.usage {
+            return fail(format!(
+                "auth indexes {:?} / {:?} differ from a rebuild {leases_by_owner:?} / {usage:?}",
+                self.auth.leases_by_owner, self.auth.usage,
+            ));
         }
         Ok(())
     }

@@ -9,6 +9,7 @@
 //!   (modes, semaphores, queues, multi-lock), [`deadlock`] the wait-for graph, [`events`]
 //!   the replicated watch history; `records` keeps request-id records bounded (pinned while
 //!   a hold or wait lives, then a retry window, or gone at once when acknowledged).
+//! - [`auth`]: users, roles, tokens, ownership and quotas, judged in `apply` for `Command::As`.
 //! - [`invariants`]: cross-record checks, run after every apply in tests.
 //! - [`codec`]: versioned bincode encodings of entries and state, and the state digest.
 //!
@@ -16,6 +17,8 @@
 //! and every collection is ordered, so two replicas applying the same log end byte-identical.
 
 pub mod apply;
+pub mod auth;
+mod auth_apply;
 #[cfg(feature = "bug-injection")]
 pub mod bugs;
 pub mod codec;

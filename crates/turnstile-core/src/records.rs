@@ -42,6 +42,7 @@ impl State {
             _ => None,
         }
         .filter(|id| self.leases.contains_key(id));
+        self.auth.record_added(request_id);
         self.requests.insert(
             request_id.to_string(),
             RequestRecord {
@@ -143,6 +144,7 @@ impl State {
             let Some(record) = self.requests.remove(id) else {
                 continue;
             };
+            self.auth.record_removed(id);
             if let Some(lease_id) = record.lease_id {
                 if let Some(lease) = self.leases.get_mut(&lease_id) {
                     lease.request_ids.remove(id);
@@ -168,7 +170,9 @@ impl State {
                 break;
             }
             if let Some((_, request_id)) = self.request_expiries.pop_first() {
-                self.requests.remove(&request_id);
+                if self.requests.remove(&request_id).is_some() {
+                    self.auth.record_removed(&request_id);
+                }
             }
         }
     }
@@ -177,6 +181,7 @@ impl State {
     /// every decode.
     pub fn rebuild_derived(&mut self) {
         self.grant_requests = self.derived_grant_requests();
+        self.rebuild_auth_derived();
     }
 
     /// `grant_requests` as the records say it must be.

@@ -74,6 +74,15 @@ pub enum Outcome {
         name: String,
         value: i64,
     },
+    /// A user, role or token change; `auth_revision` is this entry's index.
+    AuthChanged {
+        auth_revision: u64,
+    },
+    /// A token was stored; the caller shows its secret once.
+    TokenCreated {
+        token_id: String,
+        expires_ms: Option<u64>,
+    },
 }
 
 /// Per-lease result of a keepalive entry. `remaining_ms` is `None` when the lease was gone or
@@ -120,6 +129,14 @@ pub enum ApplyError {
     ModeMismatch { name: String, reason: String },
     #[error("deadlock: waiter {waiter_id} aborted to break the cycle of leases {cycle:?}")]
     DeadlockVictim { waiter_id: String, cycle: Vec<u64> },
+    #[error("permission denied: {reason}")]
+    PermissionDenied { reason: String },
+    #[error("quota exceeded: {quota} (at most {limit})")]
+    QuotaExceeded { quota: String, limit: u64 },
+    #[error("unauthenticated: {reason}")]
+    Unauthenticated { reason: String },
+    #[error("{what} not found")]
+    AuthNotFound { what: String },
 }
 
 /// A final answer for a waiter, produced by the entry that decided it (grant, lease end,

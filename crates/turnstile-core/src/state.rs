@@ -39,6 +39,10 @@ pub struct State {
     pub events: BTreeMap<(u64, u32), Event>,
     /// Position of the newest event dropped from the history, if any.
     pub events_dropped_through: Option<(u64, u32)>,
+    /// Users, roles, tokens, ownership (`crate::auth`). Encoded after the rest of the state
+    /// in a version-2 frame (`codec`), so version-1 snapshots still decode (with no auth).
+    #[serde(skip)]
+    pub auth: crate::auth::AuthState,
 }
 
 /// One key.
