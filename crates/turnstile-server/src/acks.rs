@@ -103,6 +103,16 @@ pub async fn gather(State(app): State<Arc<App>>, req: Request, next: Next) -> Re
                 bad_id_message()
             ))),
         };
+        // An authenticated caller's ids are scoped to it, as its requests' were: a client can
+        // acknowledge only its own answers.
+        let caller = req.extensions().get::<crate::auth::Caller>();
+        let ids = ids.map(|ids| match caller {
+            Some(c) => ids
+                .into_iter()
+                .filter_map(|id| c.request_id(Some(id)))
+                .collect(),
+            None => ids,
+        });
         match ids {
             Ok(ids) => app.acks.push(ids),
             Err(e) => return e.into_response(),
@@ -126,7 +136,14 @@ pub async fn run_flush(app: Arc<App>, mut stop: watch::Receiver<bool>) {
                 break;
             }
             let n = request_ids.len();
-            if let Err(e) = app.write(None, Command::Ack { request_ids }).await {
+            if let Err(e) = app
+                .write(
+                    &crate::auth::Caller::Node,
+                    None,
+                    Command::Ack { request_ids },
+                )
+                .await
+            {
                 tracing::debug!(ids = n, error = %e, "acknowledgments not proposed; their records age out");
                 break;
             }

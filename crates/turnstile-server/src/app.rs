@@ -38,6 +38,8 @@ pub struct App {
     /// Set by a graceful stop: `/readyz` answers 503 so load balancers move away first.
     pub draining: std::sync::atomic::AtomicBool,
     phase: RwLock<Phase>,
+    /// Watch streams and waiting requests per principal on this node (`crate::auth`).
+    pub node_usage: crate::auth::NodeUsage,
 }
 
 /// Counters of API events that are not Raft's (read by `/metrics` and `/v1/cluster`).
@@ -73,6 +75,7 @@ impl App {
             stopping: tokio::sync::watch::channel(false).0,
             draining: Default::default(),
             phase: RwLock::new(phase),
+            node_usage: Default::default(),
         };
         app.raft.runtime_config().elect(phase.may_vote());
         app
@@ -95,6 +98,11 @@ impl App {
                 .map(|d| d.as_nanos())
                 .unwrap_or(0)
         })
+    }
+
+    /// True when clients must authenticate: exactly when the node serves TLS.
+    pub fn auth_on(&self) -> bool {
+        false // MERGE: self.cfg.tls_enabled()
     }
 
     pub fn node_id(&self) -> u64 {

@@ -45,6 +45,20 @@ impl Denials {
         self.total.load(Ordering::Relaxed)
     }
 
+    /// A client request refused for `reason` (no, bad or insufficient credential).
+    pub fn client(&self, path: &str, principal: Option<&str>, reason: &str) {
+        self.total.fetch_add(1, Ordering::Relaxed);
+        if let Some(suppressed) = self.may_log() {
+            tracing::warn!(
+                path,
+                principal,
+                reason,
+                suppressed,
+                "client request refused"
+            );
+        }
+    }
+
     /// A peer call refused for `reason` (no or wrong MAC).
     pub fn peer(&self, path: &str, from: Option<u64>, reason: &str) {
         self.total.fetch_add(1, Ordering::Relaxed);

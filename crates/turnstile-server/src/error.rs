@@ -35,6 +35,8 @@ pub enum ApiError {
     MemberRefused(String),
     #[error("{0}")]
     Unavailable(String),
+    #[error("unauthenticated: {0}")]
+    Unauthenticated(String),
 }
 
 #[derive(Serialize)]
@@ -71,6 +73,7 @@ impl ApiError {
             ApiError::NotMember(_) => (S::SERVICE_UNAVAILABLE, "not_member"),
             ApiError::MemberRefused(_) => (S::CONFLICT, "membership_refused"),
             ApiError::Unavailable(_) => (S::SERVICE_UNAVAILABLE, "unavailable"),
+            ApiError::Unauthenticated(_) => (S::UNAUTHORIZED, "unauthenticated"),
         }
     }
 }
@@ -90,6 +93,10 @@ fn apply_status(e: &ApplyError) -> (StatusCode, &'static str) {
         ApplyError::WaitTimeout { .. } => (S::CONFLICT, "wait_timeout"),
         ApplyError::ModeMismatch { .. } => (S::CONFLICT, "mode_mismatch"),
         ApplyError::DeadlockVictim { .. } => (S::CONFLICT, "deadlock_victim"),
+        ApplyError::PermissionDenied { .. } => (S::FORBIDDEN, "permission_denied"),
+        ApplyError::QuotaExceeded { .. } => (S::TOO_MANY_REQUESTS, "quota_exceeded"),
+        ApplyError::Unauthenticated { .. } => (S::UNAUTHORIZED, "unauthenticated"),
+        ApplyError::AuthNotFound { .. } => (S::NOT_FOUND, "not_found"),
     }
 }
 
@@ -111,11 +118,21 @@ impl IntoResponse for ApiError {
         if status.is_server_error() {
             tracing::debug!(code, error = %self, "request failed");
         }
+        // A scoped request id (`<principal> <id>`) is shown as the client sent it.
+        let message = match &self {
+            ApiError::Apply(ApplyError::RequestIdReused { request_id }) => {
+                ApplyError::RequestIdReused {
+                    request_id: turnstile_core::auth::unscoped_request_id(request_id).into(),
+                }
+                .to_string()
+            }
+            _ => self.to_string(),
+        };
         (
             status,
             axum::Json(ErrorBody {
                 code,
-                message: self.to_string(),
+                message,
                 current_token,
                 cycle,
             }),

@@ -9,6 +9,9 @@ use turnstile_core::Envelope;
 
 use crate::app::App;
 use crate::proto::{ProposeRequest, Proposed, ReadAnswer, ReadQuery, RouteError};
+use turnstile_core::auth::{Access, Kind};
+
+use crate::auth_views::{AuthView, WhoamiView};
 use crate::views::{CounterView, FenceView, KeyView, LeaseView, LockView};
 
 type WriteError = RaftError<
@@ -119,15 +122,93 @@ impl App {
         let state = &inner.state;
         let now_ms = self.clock.now_ms(term, state.sm_time_ms);
         match query {
-            ReadQuery::Lease { lease_id } => {
-                ReadAnswer::Lease(LeaseView::of(state, *lease_id, now_ms))
+            ReadQuery::As { principal, query } => {
+                match (judge_read(state, principal, query), &**query) {
+                    (Err(reason), _) => ReadAnswer::Denied { reason },
+                    (Ok(()), ReadQuery::Whoami) => {
+                        ReadAnswer::Whoami(WhoamiView::of(state, principal))
+                    }
+                    (Ok(()), query) => {
+                        redact(state, principal, query, answer(state, query, now_ms))
+                    }
+                }
             }
-            ReadQuery::Lock { name } => ReadAnswer::Lock(LockView::of(state, name)),
-            ReadQuery::Key { key } => ReadAnswer::Key(KeyView::of(state, key)),
-            ReadQuery::Counter { name } => ReadAnswer::Counter(CounterView::of(state, name)),
-            ReadQuery::Fence { name, token } => {
-                ReadAnswer::Fence(FenceView::of(state, name, *token))
-            }
+            query => answer(state, query, now_ms),
         }
+    }
+}
+
+fn answer(state: &turnstile_core::State, query: &ReadQuery, now_ms: u64) -> ReadAnswer {
+    match query {
+        ReadQuery::Lease { lease_id } => ReadAnswer::Lease(LeaseView::of(state, *lease_id, now_ms)),
+        ReadQuery::Lock { name } => ReadAnswer::Lock(LockView::of(state, name)),
+        ReadQuery::Key { key } => ReadAnswer::Key(KeyView::of(state, key)),
+        ReadQuery::Counter { name } => ReadAnswer::Counter(CounterView::of(state, name)),
+        ReadQuery::Fence { name, token } => ReadAnswer::Fence(FenceView::of(state, name, *token)),
+        ReadQuery::Auth => ReadAnswer::Auth(AuthView::of(state)),
+        ReadQuery::Whoami | ReadQuery::As { .. } => ReadAnswer::Denied {
+            reason: "no principal".into(),
+        },
+    }
+}
+
+/// The read permission `query` needs: leases need none (only their owner sees them, below);
+/// locks and fences need read on the lock, keys and counters read on themselves.
+fn judge_read(
+    state: &turnstile_core::State,
+    principal: &str,
+    query: &ReadQuery,
+) -> Result<(), String> {
+    let need = match query {
+        ReadQuery::Lease { .. } | ReadQuery::Whoami => return Ok(()),
+        ReadQuery::Auth if principal == turnstile_core::auth::ROOT => return Ok(()),
+        ReadQuery::Auth => return Err(format!("{principal} is not root: auth is for root only")),
+        ReadQuery::Lock { name } | ReadQuery::Fence { name, .. } => (Kind::Lock, name),
+        ReadQuery::Key { key } => (Kind::Key, key),
+        ReadQuery::Counter { name } => (Kind::Counter, name),
+        ReadQuery::As { .. } => return Err("nested principal".into()),
+    };
+    state
+        .auth
+        .require(principal, need.0, need.1, Access::Read)
+        .map_err(|e| match e {
+            turnstile_core::ApplyError::PermissionDenied { reason } => reason,
+            other => other.to_string(),
+        })
+}
+
+/// Hides from `principal` what belongs to other principals' leases.
+fn redact(
+    state: &turnstile_core::State,
+    principal: &str,
+    query: &ReadQuery,
+    answer: ReadAnswer,
+) -> ReadAnswer {
+    let owns = |id: u64| state.auth.owns_lease(principal, id);
+    match answer {
+        ReadAnswer::Lease(Some(v)) if !owns(v.lease_id) => ReadAnswer::Lease(None),
+        ReadAnswer::Lock(v) => ReadAnswer::Lock(v.redacted(state, principal)),
+        ReadAnswer::Key(Some(mut v)) => {
+            v.lease_id = v.lease_id.filter(|id| owns(*id));
+            ReadAnswer::Key(Some(v))
+        }
+        ReadAnswer::Fence(mut f) => {
+            let ReadQuery::Fence { name, .. } = query else {
+                return ReadAnswer::Fence(f);
+            };
+            let holder = |t: u64| {
+                let lock = state.locks.get(name)?;
+                lock.holders
+                    .iter()
+                    .find(|h| h.token == t)
+                    .map(|h| h.lease_id)
+            };
+            if f.current_token.and_then(holder).is_some_and(|id| !owns(id)) {
+                f.current_token = None;
+                f.current = false;
+            }
+            ReadAnswer::Fence(f)
+        }
+        other => other,
     }
 }

@@ -8,6 +8,8 @@
 //! - [`app`]: the shared context; [`routing`] gets requests to the leader; [`leader_ops`] is
 //!   what the leader does with them; [`membership`]: adding, promoting and removing nodes.
 //! - [`http_server`]: the HTTP/1.1 server loop and its connection limits (timeouts, cap).
+//! - [`auth`]: who is calling (client certificate or bearer token) and per-node quotas;
+//!   what they may do is judged in `turnstile_core::auth`.
 //! - [`api`]: client HTTP handlers; [`peer_api`]: `/raft/*` handlers; [`error`]: the one
 //!   error-to-HTTP mapping; [`views`]: read models; [`proto`]: node-to-node messages.
 //! - [`backup`]: backup files and restoring a new cluster from one.
@@ -23,6 +25,8 @@
 pub mod acks;
 pub mod api;
 pub mod app;
+pub mod auth;
+pub mod auth_views;
 pub mod backup;
 pub mod bootstrap;
 #[cfg(feature = "test-hooks")]
@@ -48,3 +52,11 @@ pub mod routing;
 pub mod serve;
 pub mod views;
 pub mod waiters;
+
+/// MERGE: stand-in until the TLS branch lands `tls::ClientCert`.
+pub mod tls {
+    #[derive(Debug, Clone)]
+    pub struct ClientCert {
+        pub common_name: String,
+    }
+}

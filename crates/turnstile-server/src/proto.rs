@@ -50,11 +50,32 @@ pub enum RouteError {
 /// A linearizable read, executed on the leader after a ReadIndex round.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum ReadQuery {
-    Lease { lease_id: u64 },
-    Lock { name: String },
-    Key { key: String },
-    Counter { name: String },
-    Fence { name: String, token: u64 },
+    Lease {
+        lease_id: u64,
+    },
+    Lock {
+        name: String,
+    },
+    Key {
+        key: String,
+    },
+    Counter {
+        name: String,
+    },
+    Fence {
+        name: String,
+        token: u64,
+    },
+    /// Users, roles and token ids (root only).
+    Auth,
+    /// The principal's own record and usage (only inside `As`).
+    Whoami,
+    /// `query` for an authenticated principal: the leader judges it after its ReadIndex
+    /// round and shows only what the principal may read (`leader_ops.rs`).
+    As {
+        principal: String,
+        query: Box<ReadQuery>,
+    },
 }
 
 /// The answer to a [`ReadQuery`]; `None` where the record does not exist.
@@ -65,6 +86,12 @@ pub enum ReadAnswer {
     Key(Option<KeyView>),
     Counter(CounterView),
     Fence(FenceView),
+    Auth(crate::auth_views::AuthView),
+    Whoami(crate::auth_views::WhoamiView),
+    /// The principal may not read what it asked for.
+    Denied {
+        reason: String,
+    },
 }
 
 /// Membership operations executed by the leader.

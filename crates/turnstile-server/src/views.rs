@@ -18,8 +18,10 @@ pub struct LeaseView {
 /// One holder in `GET /v1/locks/{name}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HolderView {
-    pub lease_id: u64,
-    pub token: u64,
+    /// `None` (JSON null) when the lease is not the reader's (another tenant's).
+    pub lease_id: Option<u64>,
+    /// `None` (JSON null) when the lease is not the reader's.
+    pub token: Option<u64>,
     pub term: u64,
     pub mode: String,
     /// `sm_time` of the grant, in ms of cluster time.
@@ -29,7 +31,8 @@ pub struct HolderView {
 /// One queued waiter in `GET /v1/locks/{name}` (queues arrive with blocking acquire).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WaiterView {
-    pub lease_id: u64,
+    /// `None` (JSON null) when the lease is not the reader's.
+    pub lease_id: Option<u64>,
     pub mode: String,
     pub since_ms: u64,
 }
@@ -98,8 +101,8 @@ impl LockView {
             .holders
             .iter()
             .map(|h| HolderView {
-                lease_id: h.lease_id,
-                token: h.token,
+                lease_id: Some(h.lease_id),
+                token: Some(h.token),
                 term: h.term,
                 mode: h.mode.as_str().into(),
                 since_ms: h.since_ms,
@@ -110,7 +113,7 @@ impl LockView {
             .iter()
             .filter_map(|w| state.tickets.get(w))
             .map(|t| WaiterView {
-                lease_id: t.lease_id,
+                lease_id: Some(t.lease_id),
                 mode: t.mode.as_str().into(),
                 since_ms: t.since_ms,
             })
@@ -155,5 +158,23 @@ impl FenceView {
             current_token,
             cluster_id: state.cluster_id.clone(),
         }
+    }
+}
+
+impl LockView {
+    /// The view as `principal` may see it: lease ids and tokens of leases that are not its
+    /// own are hidden.
+    pub fn redacted(mut self, state: &State, principal: &str) -> LockView {
+        let mine = |id: Option<u64>| id.filter(|id| state.auth.owns_lease(principal, *id));
+        for h in &mut self.holders {
+            if mine(h.lease_id).is_none() {
+                h.lease_id = None;
+                h.token = None;
+            }
+        }
+        for w in &mut self.waiters {
+            w.lease_id = mine(w.lease_id);
+        }
+        self
     }
 }

@@ -13,6 +13,7 @@ use turnstile_core::{ApplyError, Command, LockMode, Outcome, Response};
 
 use crate::api::ops::Written;
 use crate::app::App;
+use crate::auth::{Caller, NodeQuota, NodeUsage};
 use crate::error::ApiError;
 use crate::waiters::Registration;
 
@@ -50,6 +51,7 @@ impl Drop for Wait {
         tokio::spawn(async move {
             if let Err(e) = app
                 .write(
+                    &Caller::Node,
                     None,
                     Command::Cancel {
                         waiter_id: waiter_id.clone(),
@@ -76,11 +78,12 @@ fn finish(response: Response, cluster_id: Option<String>) -> Result<Written, Api
 }
 
 /// Runs an acquire to its final answer.
-pub async fn run(app: Arc<App>, args: AcquireArgs) -> Result<Written, ApiError> {
+pub async fn run(app: Arc<App>, caller: Caller, args: AcquireArgs) -> Result<Written, ApiError> {
     let wait = args.wait_ms > 0;
+    // Scoped to the caller (`Caller::request_id`), so no tenant can name another's wait.
     let waiter_id = match (&args.request_id, wait) {
-        (Some(id), _) => Some(id.clone()),
-        (None, true) => Some(app.new_waiter_id()),
+        (Some(id), _) => caller.request_id(Some(id.clone())),
+        (None, true) => caller.request_id(Some(app.new_waiter_id())),
         (None, false) => None,
     };
     // `wait_ms` travels in the command so that it is part of the request's identity: a reuse
@@ -94,8 +97,9 @@ pub async fn run(app: Arc<App>, args: AcquireArgs) -> Result<Written, ApiError> 
         wait_ms: args.wait_ms,
     };
     let (true, Some(waiter_id)) = (wait, waiter_id.clone()) else {
-        return app.write(waiter_id, command).await;
+        return app.write_scoped(&caller, waiter_id, command).await;
     };
+    let _waiting = NodeUsage::take(&app, &caller, NodeQuota::Waiting)?;
     // Register before proposing, so the entry that grants us cannot be missed.
     let registration = app.waiters.register(&waiter_id).map_err(|_| {
         ApiError::Apply(turnstile_core::ApplyError::LimitReached {
@@ -109,7 +113,10 @@ pub async fn run(app: Arc<App>, args: AcquireArgs) -> Result<Written, ApiError> 
         registration,
         armed: true,
     };
-    let written = match app.write(Some(waiter_id.clone()), command).await {
+    let written = match app
+        .write_scoped(&caller, Some(waiter_id.clone()), command)
+        .await
+    {
         Ok(written) => written,
         Err(e) => {
             // A definite refusal queued nothing; an unknown outcome may have queued us.
@@ -147,6 +154,7 @@ pub async fn run(app: Arc<App>, args: AcquireArgs) -> Result<Written, ApiError> 
 async fn cancel(app: &App, w: &mut Wait) -> Result<Written, ApiError> {
     let waiter_id = w.waiter_id.clone();
     app.write(
+        &Caller::Node,
         None,
         Command::Cancel {
             waiter_id: waiter_id.clone(),

@@ -12,6 +12,7 @@ use axum::Json;
 use serde_json::{json, Value};
 
 use crate::app::App;
+use crate::auth::Caller;
 use crate::backup::BackupFile;
 use crate::error::ApiError;
 use crate::proto::RouteError;
@@ -21,7 +22,11 @@ use turnstile_raft::snapshot_files::SnapshotFile;
 const SNAPSHOT_WAIT_MS_MAX: u64 = 30_000;
 
 /// Writes a snapshot covering at least everything applied when the call arrived.
-pub async fn snapshot(State(app): State<Arc<App>>) -> Result<Json<Value>, ApiError> {
+pub async fn snapshot(
+    State(app): State<Arc<App>>,
+    caller: Caller,
+) -> Result<Json<Value>, ApiError> {
+    caller.require_root("snapshots")?;
     let applied = app.sm.read().last_applied.map_or(0, |l| l.index);
     app.raft
         .trigger()
@@ -62,7 +67,8 @@ pub async fn snapshot(State(app): State<Arc<App>>) -> Result<Json<Value>, ApiErr
 /// A consistent backup: only the leader answers (a follower says `no_quorum` and the client
 /// moves on), after confirming with a quorum that it is still leader and applying up to the
 /// read index, so the file holds every write acknowledged before the request.
-pub async fn backup(State(app): State<Arc<App>>) -> Result<Response, ApiError> {
+pub async fn backup(State(app): State<Arc<App>>, caller: Caller) -> Result<Response, ApiError> {
+    caller.require_root("backups")?;
     if !app.is_leader() {
         return Err(RouteError::NotLeader {
             leader_id: app.current_leader(),

@@ -12,6 +12,7 @@ use crate::api::extract::{Body, Param};
 use crate::api::ops::{unexpected, unexpected_answer};
 use crate::api::validate;
 use crate::app::App;
+use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::proto::{ReadAnswer, ReadQuery};
 
@@ -29,6 +30,7 @@ pub struct IncrBody {
 
 pub async fn incr(
     State(app): State<Arc<App>>,
+    caller: Caller,
     Param(name): Param<String>,
     Body(b): Body<IncrBody>,
 ) -> Result<Json<Value>, ApiError> {
@@ -36,7 +38,11 @@ pub async fn incr(
     validate::counter_step(b.by)?;
     validate::request_id(b.request_id.as_deref())?;
     let w = app
-        .write(b.request_id, Command::CounterIncr { name, by: b.by })
+        .write(
+            &caller,
+            b.request_id,
+            Command::CounterIncr { name, by: b.by },
+        )
         .await?;
     match w.outcome {
         Outcome::Counter { value, .. } => Ok(Json(json!({"value": value, "revision": w.revision}))),
@@ -46,10 +52,11 @@ pub async fn incr(
 
 pub async fn get(
     State(app): State<Arc<App>>,
+    caller: Caller,
     Param(name): Param<String>,
 ) -> Result<Json<Value>, ApiError> {
     validate::counter_name(&name)?;
-    match app.read(ReadQuery::Counter { name }).await? {
+    match app.read(&caller, ReadQuery::Counter { name }).await? {
         ReadAnswer::Counter(view) => Ok(Json(serde_json::to_value(view).unwrap_or_default())),
         other => Err(unexpected_answer(&other)),
     }

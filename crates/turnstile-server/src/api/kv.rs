@@ -12,6 +12,7 @@ use crate::api::extract::{Body, Param};
 use crate::api::ops::unexpected_answer;
 use crate::api::validate;
 use crate::app::App;
+use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::proto::{ReadAnswer, ReadQuery};
 
@@ -69,6 +70,7 @@ pub struct PutBody {
 
 pub async fn put(
     State(app): State<Arc<App>>,
+    caller: Caller,
     Param(key): Param<String>,
     Body(b): Body<PutBody>,
 ) -> Result<Json<Value>, ApiError> {
@@ -85,7 +87,7 @@ pub async fn put(
         condition: condition(b.condition)?,
         fence: fence(b.fence)?,
     };
-    let w = app.write(b.request_id, command).await?;
+    let w = app.write(&caller, b.request_id, command).await?;
     Ok(Json(json!({"revision": w.revision})))
 }
 
@@ -100,6 +102,7 @@ pub struct DeleteBody {
 
 pub async fn delete(
     State(app): State<Arc<App>>,
+    caller: Caller,
     Param(key): Param<String>,
     Body(b): Body<DeleteBody>,
 ) -> Result<Json<Value>, ApiError> {
@@ -110,17 +113,21 @@ pub async fn delete(
         condition: condition(b.condition)?,
         fence: fence(b.fence)?,
     };
-    let w = app.write(b.request_id, command).await?;
+    let w = app.write(&caller, b.request_id, command).await?;
     let deleted = matches!(w.outcome, Outcome::KvDeleted { existed: true, .. });
     Ok(Json(json!({"revision": w.revision, "deleted": deleted})))
 }
 
 pub async fn get(
     State(app): State<Arc<App>>,
+    caller: Caller,
     Param(key): Param<String>,
 ) -> Result<Json<Value>, ApiError> {
     validate::key(&key)?;
-    match app.read(ReadQuery::Key { key: key.clone() }).await? {
+    match app
+        .read(&caller, ReadQuery::Key { key: key.clone() })
+        .await?
+    {
         ReadAnswer::Key(Some(view)) => Ok(Json(serde_json::to_value(view).unwrap_or_default())),
         ReadAnswer::Key(None) => Err(ApiError::KeyNotFound {
             what: format!("key {key:?}"),

@@ -12,6 +12,7 @@ use crate::api::extract::{Body, Param};
 use crate::api::ops::{unexpected, unexpected_answer};
 use crate::api::validate;
 use crate::app::App;
+use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::proto::{ReadAnswer, ReadQuery};
 
@@ -24,12 +25,17 @@ pub struct GrantBody {
 
 pub async fn grant(
     State(app): State<Arc<App>>,
+    caller: Caller,
     Body(b): Body<GrantBody>,
 ) -> Result<Json<Value>, ApiError> {
     validate::ttl_ms(b.ttl_ms)?;
     validate::request_id(b.request_id.as_deref())?;
     let w = app
-        .write(b.request_id, Command::LeaseGrant { ttl_ms: b.ttl_ms })
+        .write(
+            &caller,
+            b.request_id,
+            Command::LeaseGrant { ttl_ms: b.ttl_ms },
+        )
         .await?;
     match w.outcome {
         Outcome::LeaseGranted { lease_id, ttl_ms } => Ok(Json(
@@ -41,11 +47,13 @@ pub async fn grant(
 
 pub async fn keepalive(
     State(app): State<Arc<App>>,
+    caller: Caller,
     Param(id): Param<u64>,
 ) -> Result<Json<Value>, ApiError> {
     validate::positive_id("lease id", id)?;
     let w = app
         .write(
+            &caller,
             None,
             Command::LeaseKeepalive {
                 lease_ids: vec![id],
@@ -74,23 +82,25 @@ pub struct RevokeBody {
 
 pub async fn revoke(
     State(app): State<Arc<App>>,
+    caller: Caller,
     Param(id): Param<u64>,
     Body(b): Body<RevokeBody>,
 ) -> Result<Json<Value>, ApiError> {
     validate::positive_id("lease id", id)?;
     validate::request_id(b.request_id.as_deref())?;
     let w = app
-        .write(b.request_id, Command::LeaseRevoke { lease_id: id })
+        .write(&caller, b.request_id, Command::LeaseRevoke { lease_id: id })
         .await?;
     Ok(Json(json!({"revision": w.revision})))
 }
 
 pub async fn get(
     State(app): State<Arc<App>>,
+    caller: Caller,
     Param(id): Param<u64>,
 ) -> Result<Json<Value>, ApiError> {
     validate::positive_id("lease id", id)?;
-    match app.read(ReadQuery::Lease { lease_id: id }).await? {
+    match app.read(&caller, ReadQuery::Lease { lease_id: id }).await? {
         ReadAnswer::Lease(Some(view)) => Ok(Json(serde_json::to_value(view).unwrap_or_default())),
         ReadAnswer::Lease(None) => {
             Err(turnstile_core::ApplyError::LeaseNotFound { lease_id: id }.into())

@@ -14,6 +14,7 @@ use crate::api::extract::{Body, Param};
 use crate::api::ops::{unexpected, unexpected_answer};
 use crate::api::validate;
 use crate::app::App;
+use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::proto::{ReadAnswer, ReadQuery};
 
@@ -49,6 +50,7 @@ fn check_wait(wait_ms: u64) -> Result<(), ApiError> {
 
 pub async fn acquire(
     State(app): State<Arc<App>>,
+    caller: Caller,
     Param(name): Param<String>,
     Body(b): Body<AcquireBody>,
 ) -> Result<Json<Value>, ApiError> {
@@ -70,7 +72,7 @@ pub async fn acquire(
         wait_ms: b.wait_ms,
         request_id: b.request_id,
     };
-    let w = acquire::run(app, args).await?;
+    let w = acquire::run(app, caller, args).await?;
     match w.outcome {
         Outcome::Granted {
             names,
@@ -99,6 +101,7 @@ pub struct AcquireManyBody {
 /// Grants every named lock in one entry (all sharing one token), or none.
 pub async fn acquire_many(
     State(app): State<Arc<App>>,
+    caller: Caller,
     Body(b): Body<AcquireManyBody>,
 ) -> Result<Json<Value>, ApiError> {
     if b.names.is_empty() || b.names.len() > limits::LOCKS_PER_ACQUIRE_MAX {
@@ -121,7 +124,7 @@ pub async fn acquire_many(
         wait_ms: b.wait_ms,
         request_id: b.request_id,
     };
-    let w = acquire::run(app, args).await?;
+    let w = acquire::run(app, caller, args).await?;
     match w.outcome {
         Outcome::Granted {
             names,
@@ -151,6 +154,7 @@ pub struct ReleaseBody {
 
 pub async fn release(
     State(app): State<Arc<App>>,
+    caller: Caller,
     Param(name): Param<String>,
     Body(b): Body<ReleaseBody>,
 ) -> Result<Json<Value>, ApiError> {
@@ -160,6 +164,7 @@ pub async fn release(
     validate::request_id(b.request_id.as_deref())?;
     let w = app
         .write(
+            &caller,
             b.request_id,
             Command::LockRelease {
                 name,
@@ -173,10 +178,11 @@ pub async fn release(
 
 pub async fn get(
     State(app): State<Arc<App>>,
+    caller: Caller,
     Param(name): Param<String>,
 ) -> Result<Json<Value>, ApiError> {
     validate::lock_name(&name)?;
-    match app.read(ReadQuery::Lock { name }).await? {
+    match app.read(&caller, ReadQuery::Lock { name }).await? {
         ReadAnswer::Lock(view) => Ok(Json(serde_json::to_value(view).unwrap_or_default())),
         other => Err(unexpected_answer(&other)),
     }
@@ -194,14 +200,18 @@ pub struct FenceCheckBody {
 /// fenced write here, or a resource that enforces tokens itself.
 pub async fn fence_check(
     State(app): State<Arc<App>>,
+    caller: Caller,
     Body(b): Body<FenceCheckBody>,
 ) -> Result<Json<Value>, ApiError> {
     validate::lock_name(&b.name)?;
     match app
-        .read(ReadQuery::Fence {
-            name: b.name,
-            token: b.token,
-        })
+        .read(
+            &caller,
+            ReadQuery::Fence {
+                name: b.name,
+                token: b.token,
+            },
+        )
         .await?
     {
         ReadAnswer::Fence(view) => {

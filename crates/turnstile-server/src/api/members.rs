@@ -12,6 +12,7 @@ use serde_json::{json, Value};
 use crate::api::extract::{Body, Param};
 use crate::api::validate;
 use crate::app::App;
+use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::proto::{MemberOp, MEMBER_PATH};
 use turnstile_raft::types::RaftMetrics;
@@ -32,9 +33,14 @@ pub fn members_json(app: &App, m: &RaftMetrics) -> Vec<Value> {
         .collect()
 }
 
-pub async fn list(State(app): State<Arc<App>>) -> Json<Value> {
+pub async fn list(State(app): State<Arc<App>>, caller: Caller) -> Result<Json<Value>, ApiError> {
+    caller.require_root("membership")?;
+    Ok(listing(&app))
+}
+
+fn listing(app: &App) -> Json<Value> {
     let m = app.raft.metrics().borrow_watched().clone();
-    Json(json!({"leader_id": m.current_leader, "members": members_json(&app, &m)}))
+    Json(json!({"leader_id": m.current_leader, "members": members_json(app, &m)}))
 }
 
 #[derive(Deserialize)]
@@ -53,13 +59,15 @@ async fn run(app: Arc<App>, op: MemberOp) -> Result<Json<Value>, ApiError> {
         })
         .await?;
     result.map_err(ApiError::MemberRefused)?;
-    Ok(list(State(app)).await)
+    Ok(listing(&app))
 }
 
 pub async fn add(
     State(app): State<Arc<App>>,
+    caller: Caller,
     Body(b): Body<AddBody>,
 ) -> Result<Json<Value>, ApiError> {
+    caller.require_root("membership")?;
     validate::positive_id("id", b.id)?;
     let addr: std::net::SocketAddr = b
         .addr
@@ -77,16 +85,20 @@ pub async fn add(
 
 pub async fn promote(
     State(app): State<Arc<App>>,
+    caller: Caller,
     Param(id): Param<u64>,
 ) -> Result<Json<Value>, ApiError> {
+    caller.require_root("membership")?;
     validate::positive_id("id", id)?;
     run(app, MemberOp::Promote { node_id: id }).await
 }
 
 pub async fn remove(
     State(app): State<Arc<App>>,
+    caller: Caller,
     Param(id): Param<u64>,
 ) -> Result<Json<Value>, ApiError> {
+    caller.require_root("membership")?;
     validate::positive_id("id", id)?;
     run(app, MemberOp::Remove { node_id: id }).await
 }

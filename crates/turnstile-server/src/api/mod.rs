@@ -19,6 +19,7 @@ use crate::error::ApiError;
 
 pub mod acquire;
 pub mod admin;
+pub mod auth;
 pub mod cluster;
 pub mod counters;
 #[cfg(feature = "test-hooks")]
@@ -54,20 +55,44 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/v1/counters/{name}", get(counters::get))
         .route("/v1/counters/{name}/incr", post(counters::incr))
         .route("/v1/watch", get(watch::watch))
+        .route("/v1/auth/roles", get(auth::list_roles))
+        .route(
+            "/v1/auth/roles/{role}",
+            axum::routing::put(auth::put_role).delete(auth::delete_role),
+        )
+        .route("/v1/auth/users", get(auth::list_users))
+        .route(
+            "/v1/auth/users/{user}",
+            axum::routing::put(auth::put_user).delete(auth::delete_user),
+        )
+        .route("/v1/auth/tokens", post(auth::create_token))
+        .route(
+            "/v1/auth/tokens/{token_id}",
+            axum::routing::delete(auth::delete_token),
+        )
+        .route("/v1/auth/whoami", get(auth::whoami))
         .layer(middleware::from_fn_with_state(
             app.clone(),
             crate::acks::gather,
         ))
         .layer(middleware::from_fn_with_state(app.clone(), serving_gate));
-    Router::new()
+    // Every route here needs a credential when authentication is on (`crate::auth`); the
+    // health checks and unknown paths do not.
+    let authenticated = Router::new()
         .merge(v1)
-        .merge(test_hooks(&app))
         .route("/v1/cluster", get(cluster::cluster))
         .route("/v1/members", get(members::list).post(members::add))
         .route("/v1/members/{id}", axum::routing::delete(members::remove))
         .route("/v1/members/{id}/promote", post(members::promote))
         .route("/v1/admin/snapshot", post(admin::snapshot))
         .route("/v1/admin/backup", get(admin::backup))
+        .layer(middleware::from_fn_with_state(
+            app.clone(),
+            crate::auth::layer,
+        ));
+    Router::new()
+        .merge(authenticated)
+        .merge(test_hooks(&app))
         .route("/healthz", get(cluster::healthz))
         .route("/readyz", get(cluster::readyz))
         .fallback(not_found)

@@ -4,6 +4,7 @@
 use turnstile_core::{ApplyError, Command, Outcome};
 
 use crate::app::App;
+use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::proto::{ProposeRequest, Proposed, ReadAnswer, ReadQuery, PROPOSE_PATH, READ_PATH};
 
@@ -17,12 +18,28 @@ pub struct Written {
 
 impl App {
     /// Routes a write to the leader and turns a refusal into an `ApiError`.
+    /// `caller`'s command is wrapped for judgement in apply and its request id scoped
+    /// (`crate::auth::Caller`).
     pub async fn write(
         &self,
+        caller: &Caller,
+        request_id: Option<String>,
+        command: Command,
+    ) -> Result<Written, ApiError> {
+        self.write_scoped(caller, caller.request_id(request_id), command)
+            .await
+    }
+
+    /// [`App::write`] with a request id already scoped to the caller (a waiter id).
+    pub async fn write_scoped(
+        &self,
+        caller: &Caller,
         request_id: Option<String>,
         command: Command,
     ) -> Result<Written, ApiError> {
         let (request_id, command) = self.cfg.bugs.break_write(request_id, command);
+        let command = caller.command(command);
+        let kind = command.kind();
         let req = ProposeRequest {
             request_id,
             command,
@@ -55,13 +72,26 @@ impl App {
                         .fenced_rejections
                         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 }
+                if let ApplyError::PermissionDenied { reason }
+                | ApplyError::Unauthenticated { reason } = &e
+                {
+                    self.denials.client(kind, caller.principal(), reason);
+                }
                 Err(ApiError::Apply(e))
             }
         }
     }
 
     /// Routes a linearizable read to the leader.
-    pub async fn read(&self, query: ReadQuery) -> Result<ReadAnswer, ApiError> {
+    /// For a principal the leader judges the read and hides what is not the caller's.
+    pub async fn read(&self, caller: &Caller, query: ReadQuery) -> Result<ReadAnswer, ApiError> {
+        let query = match caller.principal() {
+            Some(principal) => ReadQuery::As {
+                principal: principal.to_string(),
+                query: Box::new(query),
+            },
+            None => query,
+        };
         if self.cfg.bugs.local_reads() {
             return Ok(self.answer_locally(&query));
         }
@@ -70,10 +100,17 @@ impl App {
             .on_leader(READ_PATH, &query, timeout_ms, || self.read_local(&query))
             .await;
         // A read that failed mid-flight changed nothing: report it as no answer, not unknown.
-        answer.map_err(|e| match e {
+        let answer = answer.map_err(|e| match e {
             crate::proto::RouteError::Indeterminate => crate::proto::RouteError::NoQuorum.into(),
-            e => e.into(),
-        })
+            e => ApiError::from(e),
+        })?;
+        match answer {
+            ReadAnswer::Denied { reason } => {
+                self.denials.client("read", caller.principal(), &reason);
+                Err(ApiError::Apply(ApplyError::PermissionDenied { reason }))
+            }
+            answer => Ok(answer),
+        }
     }
 }
 

@@ -23,6 +23,7 @@ use turnstile_core::{Event, State as SmState};
 
 use crate::api::validate;
 use crate::app::App;
+use crate::auth::{Caller, NodeQuota, NodeUsage, QuotaSlot};
 use crate::error::ApiError;
 
 /// Most watch streams one node serves at once.
@@ -73,7 +74,7 @@ pub fn event_json(revision: u64, seq: u32, e: &Event) -> Value {
             token,
             mode,
         } => {
-            json!({"lock": name, "lease_id": lease_id, "token": token, "mode": mode.as_str()})
+            json!({"lock": name, "lease_id": shown(*lease_id), "token": shown(*token), "mode": mode.as_str()})
         }
         Event::LockReleased {
             name,
@@ -81,7 +82,7 @@ pub fn event_json(revision: u64, seq: u32, e: &Event) -> Value {
             token,
             cause,
         } => {
-            json!({"lock": name, "lease_id": lease_id, "token": token, "cause": cause.as_str()})
+            json!({"lock": name, "lease_id": shown(*lease_id), "token": shown(*token), "cause": cause.as_str()})
         }
         Event::LeaseExpired { lease_id } => json!({"lease_id": lease_id}),
     };
@@ -89,6 +90,12 @@ pub fn event_json(revision: u64, seq: u32, e: &Event) -> Value {
         obj.extend(more);
     }
     v
+}
+
+/// A lease id or token as JSON: 0 is what an event shows in place of another tenant's
+/// (`State::event_for`), sent as null.
+fn shown(id: u64) -> Option<u64> {
+    (id > 0).then_some(id)
 }
 
 fn parse_last_event_id(headers: &HeaderMap) -> Result<Option<(u64, u32)>, ApiError> {
@@ -111,7 +118,10 @@ struct Stream_ {
     applied: watch::Receiver<u64>,
     pending: std::collections::VecDeque<SseEvent>,
     done: bool,
+    /// The authenticated principal: events are filtered and redacted for it.
+    principal: Option<String>,
     _slot: WatcherSlot,
+    _quota: QuotaSlot,
 }
 
 struct WatcherSlot;
@@ -143,7 +153,15 @@ impl Stream_ {
         for (&(revision, seq), e) in events.take(EVENTS_PER_BATCH_MAX) {
             seen += 1;
             self.after = (revision, seq);
-            if self.filter.matches(e) {
+            if !self.filter.matches(e) {
+                continue;
+            }
+            let seen_as = match &self.principal {
+                Some(p) => state.event_for(p, e),
+                None => Some(e.clone()),
+            };
+            if let Some(e) = seen_as {
+                let e = &e;
                 let data = event_json(revision, seq, e).to_string();
                 let sse = SseEvent::default()
                     .id(format!("{revision}.{seq}"))
@@ -192,6 +210,7 @@ async fn leaderless_for(app: &App, span: Duration) {
 
 pub async fn watch(
     State(app): State<Arc<App>>,
+    caller: Caller,
     headers: HeaderMap,
     query: Result<Query<WatchQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, ApiError> {
@@ -216,6 +235,7 @@ pub async fn watch(
         (None, Some(r)) if r > 0 => SmState::position_before(r),
         (None, _) => (app.sm.read().state.applied_index, u32::MAX),
     };
+    let quota = NodeUsage::take(&app, &caller, NodeQuota::Watches)?;
     if WATCHERS.fetch_add(1, Ordering::Relaxed) >= WATCHERS_PER_NODE_MAX {
         WATCHERS.fetch_sub(1, Ordering::Relaxed);
         return Err(ApiError::Apply(turnstile_core::ApplyError::LimitReached {
@@ -230,7 +250,9 @@ pub async fn watch(
         applied,
         pending: Default::default(),
         done: false,
+        principal: caller.principal().map(str::to_string),
         _slot: WatcherSlot,
+        _quota: quota,
     };
     let events = stream::unfold(st, |mut st| async move {
         loop {

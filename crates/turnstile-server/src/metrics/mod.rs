@@ -142,9 +142,21 @@ pub fn instrument(router: Router, app: Arc<App>, metrics: Arc<NodeMetrics>) -> R
 /// `GET /metrics`.
 async fn serve(
     State((app, metrics)): State<(Arc<App>, Arc<NodeMetrics>)>,
-    headers: HeaderMap,
+    req: axum::extract::Request,
 ) -> Result<Response, ApiError> {
-    let format = format_for(&headers);
+    let headers = req.headers();
+    // Root, or a principal with a role that has `"metrics": true` (`crate::auth`).
+    let caller = crate::auth::authenticate(&app, headers, req.extensions()).await?;
+    if let Some(principal) = caller.principal() {
+        if !app.sm.read().state.auth.may_read_metrics(principal) {
+            let reason = format!("{principal} has no role with \"metrics\": true");
+            app.denials.client(METRICS_PATH, Some(principal), &reason);
+            return Err(ApiError::Apply(
+                turnstile_core::ApplyError::PermissionDenied { reason },
+            ));
+        }
+    }
+    let format = format_for(headers);
     let body = metrics.encode(&app, format).map_err(|e| {
         tracing::error!(error = %e, "metrics encoding failed");
         ApiError::Unavailable("metrics could not be encoded".into())
