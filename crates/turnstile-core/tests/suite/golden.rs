@@ -1,10 +1,12 @@
 //! Golden encodings. The files under `tests/golden/` were written by this version of the
 //! binary; every later version must keep decoding them to the same values, or logs and
 //! snapshots on users' disks become unreadable. Regenerate (only when adding new goldens, never
-//! to "fix" a failure) with `TURNSTILE_BLESS=1 cargo test -p turnstile-core --test suite golden`.
+//! to "fix" a failure) with `TURNSTILE_BLESS=1 cargo test -p turnstile-core --test suite golden`;
+//! blessing writes only files that do not exist yet, so an old golden is never overwritten.
 
 use std::path::PathBuf;
 
+use turnstile_core::auth::{Access, Kind, Permission, Quotas, ROOT};
 use turnstile_core::codec;
 use turnstile_core::{Command, Condition, Envelope, Fence, LockMode, State};
 
@@ -19,6 +21,47 @@ fn sample_envelopes() -> Vec<(&'static str, Envelope)> {
         command,
     };
     vec![
+        (
+            "v1_as",
+            env(
+                Some("alice r1"),
+                Command::As {
+                    principal: "alice".into(),
+                    token_id: Some("0123456789abcdef".into()),
+                    command: Box::new(Command::LeaseGrant { ttl_ms: 5_000 }),
+                },
+            ),
+        ),
+        ("v1_auth_put_role", env(None, auth_put_role())),
+        ("v1_auth_put_user", env(None, auth_put_user())),
+        ("v1_auth_create_token", env(None, auth_create_token())),
+        (
+            "v1_auth_delete_token",
+            env(
+                None,
+                Command::AuthDeleteToken {
+                    token_id: "0123456789abcdef".into(),
+                },
+            ),
+        ),
+        (
+            "v1_auth_delete_user",
+            env(
+                None,
+                Command::AuthDeleteUser {
+                    user: "alice".into(),
+                },
+            ),
+        ),
+        (
+            "v1_auth_delete_role",
+            env(
+                None,
+                Command::AuthDeleteRole {
+                    role: "rw-a".into(),
+                },
+            ),
+        ),
         ("v1_tick", env(None, Command::Tick)),
         (
             "v1_init_cluster",
@@ -280,7 +323,7 @@ fn bless() -> bool {
 fn envelopes_decode_from_golden_files() {
     for (name, env) in sample_envelopes() {
         let path = golden_dir().join(format!("{name}.bin"));
-        if bless() {
+        if bless() && !path.exists() {
             std::fs::write(&path, codec::encode_envelope(&env).expect("encodes"))
                 .expect("write golden");
         }
@@ -302,7 +345,54 @@ fn state_decodes_from_golden_file() {
             && !state.events.is_empty(),
         "sample state is not trivial: {state:?}"
     );
-    if bless() {
+    // Written by a version-1 binary (before auth); never blessed again.
+    let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let decoded = codec::decode_state(&bytes).expect("golden state decodes");
+    assert_eq!(decoded, state);
+    decoded
+        .check_invariants()
+        .expect("golden state is consistent");
+}
+
+/// The version-2 frame: the sample state plus users, roles, a token and owned leases and keys.
+#[test]
+fn state_with_auth_decodes_from_golden_file() {
+    let path = golden_dir().join("v2_state.bin");
+    let mut state = sample_state();
+    let as_ = |principal: &str, command| Command::As {
+        principal: principal.into(),
+        token_id: None,
+        command: Box::new(command),
+    };
+    let cmds = [
+        as_(ROOT, auth_put_role()),
+        as_(ROOT, auth_put_user()),
+        as_(ROOT, auth_create_token()),
+        as_("alice", Command::LeaseGrant { ttl_ms: 60_000 }),
+        as_(
+            "alice",
+            Command::KvPut {
+                key: "a/k".into(),
+                value: "v".into(),
+                lease_id: None,
+                condition: None,
+                fence: None,
+            },
+        ),
+    ];
+    let first = state.applied_index + 1;
+    for (i, command) in cmds.into_iter().enumerate() {
+        let index = first + i as u64;
+        let env = Envelope {
+            now_ms: 10_000 + index,
+            request_id: Some(format!("alice r{i}")),
+            command,
+        };
+        let r = state.apply(index, 2, &env);
+        assert!(r.outcome.is_ok(), "{r:?}");
+    }
+    assert_eq!(state.auth.leases_of("alice"), 1);
+    if bless() && !path.exists() {
         std::fs::write(&path, codec::encode_state(&state).expect("encodes")).expect("write golden");
     }
     let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
@@ -311,6 +401,38 @@ fn state_decodes_from_golden_file() {
     decoded
         .check_invariants()
         .expect("golden state is consistent");
+}
+
+fn auth_put_role() -> Command {
+    Command::AuthPutRole {
+        role: "rw-a".into(),
+        permissions: vec![Permission {
+            kind: Kind::Key,
+            prefix: "a/".into(),
+            access: Access::Write,
+        }],
+        metrics: true,
+    }
+}
+
+fn auth_put_user() -> Command {
+    Command::AuthPutUser {
+        user: "alice".into(),
+        roles: vec!["rw-a".into()],
+        quotas: Quotas {
+            leases: Some(5),
+            ..Quotas::default()
+        },
+    }
+}
+
+fn auth_create_token() -> Command {
+    Command::AuthCreateToken {
+        token_id: "0123456789abcdef".into(),
+        user: "alice".into(),
+        secret_sha256: [9; 32],
+        ttl_ms: Some(3_600_000),
+    }
 }
 
 #[test]
