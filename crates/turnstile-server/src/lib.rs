@@ -8,6 +8,7 @@
 //! - [`app`]: the shared context; [`routing`] gets requests to the leader; [`leader_ops`] is
 //!   what the leader does with them; [`membership`]: adding, promoting and removing nodes.
 //! - [`http_server`]: the HTTP/1.1 server loop and its connection limits (timeouts, cap).
+//! - [`tls`]: TLS on the port and between peers, certificate reload, `turnstile certs`.
 //! - [`api`]: client HTTP handlers; [`peer_api`]: `/raft/*` handlers; [`error`]: the one
 //!   error-to-HTTP mapping; [`views`]: read models; [`proto`]: node-to-node messages.
 //! - [`backup`]: backup files and restoring a new cluster from one.
@@ -46,5 +47,6 @@ pub mod peer_api;
 pub mod proto;
 pub mod routing;
 pub mod serve;
+pub mod tls;
 pub mod views;
 pub mod waiters;

@@ -15,5 +15,6 @@ mod metrics;
 mod minority;
 mod queues;
 mod restart;
+mod tls;
 mod watch;
 mod wiped_node;
