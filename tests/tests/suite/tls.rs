@@ -320,3 +320,35 @@ async fn plain_http_off_loopback_without_insecure_does_not_start() -> anyhow::Re
     );
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_node_joins_a_secure_cluster() -> anyhow::Result<()> {
+    // The join path: the new node knows no membership when the leader's prepare-join and
+    // appends arrive, and is a learner before it is promoted (`tls::peer_check`).
+    let mut c = Cluster::start_secure(3).await?;
+    let id = c.add_node().await?;
+    let leader = c.leader().await?;
+    let addr = c.addrs[&id].to_string();
+    let (code, v) = c
+        .post(
+            leader,
+            "/v1/members",
+            serde_json::json!({"id": id, "addr": addr}),
+        )
+        .await?;
+    assert_eq!(code, 200, "add: {v}");
+    let (code, v) = c
+        .post(
+            leader,
+            &format!("/v1/members/{id}/promote"),
+            serde_json::json!({}),
+        )
+        .await?;
+    assert_eq!(code, 200, "promote: {v}");
+    let lease = c.lease(leader, 30_000).await?;
+    let (code, v) = c.acquire(leader, "after-join", lease).await?;
+    assert_eq!(code, 200, "{v}");
+    c.converged().await?;
+    c.shutdown().await;
+    Ok(())
+}
