@@ -1,6 +1,10 @@
 //! Test fixture: real in-process Turnstile clusters on loopback (ports bound to 0, data dirs in
 //! a temp dir, real sled and fsync), with restarts, wipes and fault-injected network cuts.
 //! Every wait polls a condition with a deadline; nothing sleeps a fixed time to "let it settle".
+//!
+//! [`Cluster::start_secure`] starts nodes with TLS: a CA, node certificates for 127.0.0.1 and
+//! a `root` client certificate are made in the cluster's temp dir (`turnstile_server::tls::
+//! certs`), peers talk mutual TLS, and the fixture's own client speaks HTTPS as `root`.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -14,6 +18,7 @@ use tokio::net::TcpListener;
 use turnstile_raft::faults::Faults;
 use turnstile_server::config::{format_initial_cluster, InitialClusterState, ServeArgs};
 use turnstile_server::node::{self, RunningNode};
+use turnstile_server::tls::certs::{self, CertOptions, CertPaths};
 
 pub mod load;
 pub mod raw_http;
@@ -59,6 +64,18 @@ pub struct Cluster {
     http: reqwest::Client,
     /// Applied to every node's arguments.
     tweak: fn(&mut ServeArgs),
+    /// A secure cluster's certs dir (CA, node and `root` client certificates).
+    certs: Option<PathBuf>,
+}
+
+/// The user of the fixture's own client certificate in a secure cluster.
+pub const ROOT_USER: &str = "root";
+
+/// How a cluster is started.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Security {
+    Plain,
+    Tls,
 }
 
 impl Cluster {
@@ -70,7 +87,18 @@ impl Cluster {
     /// Like [`Cluster::start`], with `tweak` applied to every node's arguments (now and on
     /// every later start).
     pub async fn start_tuned(n: u64, tweak: fn(&mut ServeArgs)) -> anyhow::Result<Cluster> {
-        Cluster::start_full(n, tweak, |_, _, _| async { Ok(()) }).await
+        Cluster::start_full(n, tweak, Security::Plain, |_, _, _| async { Ok(()) }).await
+    }
+
+    /// Starts `n` nodes with TLS on their ports and mutual TLS between them (see the module
+    /// header), and waits for a leader.
+    pub async fn start_secure(n: u64) -> anyhow::Result<Cluster> {
+        Cluster::start_secure_tuned(n, |_| {}).await
+    }
+
+    /// [`Cluster::start_secure`] with `tweak` applied to every node's arguments.
+    pub async fn start_secure_tuned(n: u64, tweak: fn(&mut ServeArgs)) -> anyhow::Result<Cluster> {
+        Cluster::start_full(n, tweak, Security::Tls, |_, _, _| async { Ok(()) }).await
     }
 
     /// Like [`Cluster::start`], but first lets `seed` fill each node's data dir, given its id,
@@ -80,12 +108,13 @@ impl Cluster {
         F: FnMut(u64, PathBuf, BTreeMap<u64, SocketAddr>) -> Fut,
         Fut: Future<Output = anyhow::Result<()>>,
     {
-        Cluster::start_full(n, |_| {}, seed).await
+        Cluster::start_full(n, |_| {}, Security::Plain, seed).await
     }
 
     async fn start_full<F, Fut>(
         n: u64,
         tweak: fn(&mut ServeArgs),
+        security: Security,
         mut seed: F,
     ) -> anyhow::Result<Cluster>
     where
@@ -102,19 +131,26 @@ impl Cluster {
             .iter()
             .map(|(id, l)| (*id, l.local_addr().expect("bound")))
             .collect();
-        let http = reqwest::Client::builder()
-            .no_proxy()
-            .timeout(Duration::from_secs(15))
-            .build()?;
+        let root = tempfile::tempdir()?;
+        let certs = match security {
+            Security::Plain => None,
+            Security::Tls => Some(make_certs(&root.path().join("certs"), n)?),
+        };
         let mut c = Cluster {
             addrs,
             nodes: BTreeMap::new(),
             faults: (1..=n).map(|id| (id, Faults::default())).collect(),
-            root: tempfile::tempdir()?,
+            root,
             secret: "test-cluster-secret".into(),
-            http,
+            http: reqwest::Client::new(),
             tweak,
+            certs,
         };
+        let root_cert = c.certs.as_ref().map(|d| certs::client_paths(d, ROOT_USER));
+        c.http = c
+            .client_builder(root_cert.as_ref())?
+            .timeout(Duration::from_secs(15))
+            .build()?;
         for id in 1..=n {
             seed(id, c.data_dir(id), c.addrs.clone()).await?;
         }
@@ -132,6 +168,9 @@ impl Cluster {
         let l = TcpListener::bind("127.0.0.1:0").await?;
         self.addrs.insert(id, l.local_addr()?);
         self.faults.insert(id, Faults::default());
+        if let Some(dir) = &self.certs {
+            certs::create_node(dir, id, &node_hosts(), &CertOptions::default())?;
+        }
         self.start_on(id, l, InitialClusterState::Existing).await?;
         Ok(id)
     }
@@ -151,6 +190,12 @@ impl Cluster {
             check_invariants: true,
             ..ServeArgs::default()
         };
+        if let Some(dir) = &self.certs {
+            let node = certs::node_paths(dir, id);
+            args.tls_ca = Some(certs::ca_paths(dir).cert);
+            args.tls_cert = Some(node.cert);
+            args.tls_key = Some(node.key);
+        }
         (self.tweak)(&mut args);
         args
     }
@@ -238,7 +283,46 @@ impl Cluster {
     }
 
     pub fn url(&self, id: u64, path: &str) -> String {
-        format!("http://{}{}", self.addrs[&id], path)
+        format!("{}://{}{}", self.scheme(), self.addrs[&id], path)
+    }
+
+    /// `https` for a secure cluster, else `http`.
+    pub fn scheme(&self) -> &'static str {
+        if self.certs.is_some() {
+            "https"
+        } else {
+            "http"
+        }
+    }
+
+    /// A secure cluster's certs dir: `ca.crt`/`ca.key`, `node-N.crt`/`.key`,
+    /// `client-root.crt`/`.key` (see `turnstile_server::tls::certs`).
+    pub fn certs_dir(&self) -> Option<PathBuf> {
+        self.certs.clone()
+    }
+
+    /// A client builder for this cluster: in a secure one it trusts only the cluster CA and
+    /// presents `identity` if given (any certificate files, e.g. from another CA). Plain
+    /// clusters ignore `identity`.
+    pub fn client_builder(
+        &self,
+        identity: Option<&CertPaths>,
+    ) -> anyhow::Result<reqwest::ClientBuilder> {
+        let mut b = reqwest::Client::builder().no_proxy();
+        let Some(dir) = &self.certs else {
+            return Ok(b);
+        };
+        let ca = std::fs::read(certs::ca_paths(dir).cert)?;
+        b = b
+            .tls_built_in_root_certs(false)
+            .add_root_certificate(reqwest::Certificate::from_pem(&ca)?)
+            .https_only(true);
+        if let Some(paths) = identity {
+            let mut pem = std::fs::read(&paths.key)?;
+            pem.extend(std::fs::read(&paths.cert)?);
+            b = b.identity(reqwest::Identity::from_pem(&pem)?);
+        }
+        Ok(b)
     }
 
     /// Sends a request; returns the status and the JSON body (Null if none).
@@ -386,6 +470,22 @@ impl Cluster {
     }
 }
 
+/// Hosts in the fixture's node certificates.
+pub fn node_hosts() -> Vec<String> {
+    vec!["127.0.0.1".into(), "localhost".into()]
+}
+
+/// A CA, certificates for nodes `1..=n` and the `root` client certificate in `dir`.
+fn make_certs(dir: &std::path::Path, n: u64) -> anyhow::Result<PathBuf> {
+    let opts = CertOptions::default();
+    certs::create_ca(dir, &opts)?;
+    for id in 1..=n {
+        certs::create_node(dir, id, &node_hosts(), &opts)?;
+    }
+    certs::create_client(dir, ROOT_USER, &opts)?;
+    Ok(dir.to_path_buf())
+}
+
 /// The `token` of a successful acquire.
 pub fn token(v: &Value) -> anyhow::Result<u64> {
     v["token"]
@@ -408,7 +508,17 @@ pub async fn read_sse(
     last_event_id: Option<&str>,
     want: usize,
 ) -> anyhow::Result<Vec<Sse>> {
-    let mut rb = reqwest::Client::new().get(url);
+    read_sse_with(&reqwest::Client::new(), url, last_event_id, want).await
+}
+
+/// [`read_sse`] with a client of the caller's (a secure cluster's, with its credential).
+pub async fn read_sse_with(
+    http: &reqwest::Client,
+    url: &str,
+    last_event_id: Option<&str>,
+    want: usize,
+) -> anyhow::Result<Vec<Sse>> {
+    let mut rb = http.get(url);
     if let Some(id) = last_event_id {
         rb = rb.header("last-event-id", id);
     }

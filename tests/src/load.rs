@@ -44,9 +44,28 @@ impl Tally {
     }
 }
 
+/// How the workers reach the nodes: plain HTTP, or HTTPS with a client certificate.
+#[derive(Clone)]
+pub struct LoadHttp {
+    pub client: reqwest::Client,
+    /// `http` or `https`.
+    pub scheme: &'static str,
+}
+
+impl LoadHttp {
+    /// Plain HTTP.
+    pub fn plain() -> anyhow::Result<LoadHttp> {
+        Ok(LoadHttp {
+            client: http_builder().build()?,
+            scheme: "http",
+        })
+    }
+}
+
 /// A running load.
 pub struct LockLoad {
     endpoints: Endpoints,
+    http: LoadHttp,
     stop: Arc<AtomicBool>,
     tally: Arc<Tally>,
     workers: Vec<JoinHandle<anyhow::Result<u64>>>,
@@ -63,13 +82,24 @@ pub struct LoadReport {
 impl LockLoad {
     /// Starts `workers` workers against `endpoints`.
     pub fn start(endpoints: Endpoints, workers: u64) -> LockLoad {
+        // Building a plain client fails only if the TLS backend cannot start.
+        let http = LoadHttp::plain().expect("a plain HTTP client builds");
+        LockLoad::start_with(endpoints, workers, http)
+    }
+
+    /// Like [`LockLoad::start`], reaching the nodes through `http`.
+    pub fn start_with(endpoints: Endpoints, workers: u64, http: LoadHttp) -> LockLoad {
         let stop = Arc::new(AtomicBool::new(false));
         let tally = Arc::new(Tally::default());
         let workers = (1..=workers)
-            .map(|w| tokio::spawn(worker(w, endpoints.clone(), stop.clone(), tally.clone())))
+            .map(|w| {
+                let (endpoints, http) = (endpoints.clone(), http.clone());
+                tokio::spawn(worker(w, endpoints, http, stop.clone(), tally.clone()))
+            })
             .collect();
         LockLoad {
             endpoints,
+            http,
             stop,
             tally,
             workers,
@@ -93,7 +123,7 @@ impl LockLoad {
     /// Stops the workers and checks that every acknowledged write is there.
     pub async fn stop(self) -> anyhow::Result<LoadReport> {
         self.stop.store(true, Ordering::Relaxed);
-        let http = http()?;
+        let http = self.http.clone();
         for (i, w) in self.workers.into_iter().enumerate() {
             let acked = w.await??;
             let key = format!("/v1/kv/k-{}", i + 1);
@@ -124,11 +154,11 @@ impl LockLoad {
     }
 }
 
-fn http() -> anyhow::Result<reqwest::Client> {
-    Ok(reqwest::Client::builder()
+/// The workers' client settings; a secure cluster adds its CA and a client certificate.
+pub fn http_builder() -> reqwest::ClientBuilder {
+    reqwest::Client::builder()
         .no_proxy()
         .timeout(Duration::from_secs(8))
-        .build()?)
 }
 
 /// A definite answer, or `None` when the outcome stays unknown.
@@ -138,7 +168,7 @@ type Answer = Option<(u16, Value)>;
 /// definite answer. Returns `None` when the outcome stays unknown (`504`, `503 unavailable`,
 /// or a send that failed after it may have reached the server).
 async fn send(
-    http: &reqwest::Client,
+    http: &LoadHttp,
     endpoints: &Endpoints,
     method: reqwest::Method,
     path: &str,
@@ -156,7 +186,8 @@ async fn send(
         }
         let addrs = endpoints.read().map_err(|_| anyhow!("poisoned"))?.clone();
         let addr = addrs[attempt % addrs.len()];
-        let mut rb = http.request(method.clone(), format!("http://{addr}{path}"));
+        let url = format!("{}://{addr}{path}", http.scheme);
+        let mut rb = http.client.request(method.clone(), url);
         if !body.is_null() {
             rb = rb.json(body);
         }
@@ -189,11 +220,7 @@ async fn send(
 }
 
 /// A read with the same endpoint rotation (no tally).
-async fn get(
-    http: &reqwest::Client,
-    endpoints: &Endpoints,
-    path: &str,
-) -> anyhow::Result<(u16, Value)> {
+async fn get(http: &LoadHttp, endpoints: &Endpoints, path: &str) -> anyhow::Result<(u16, Value)> {
     let tally = Tally::default();
     send(
         http,
@@ -212,11 +239,11 @@ async fn get(
 async fn worker(
     w: u64,
     endpoints: Endpoints,
+    http: LoadHttp,
     stop: Arc<AtomicBool>,
     tally: Arc<Tally>,
 ) -> anyhow::Result<u64> {
     use reqwest::Method;
-    let http = http()?;
     let body = json!({"ttl_ms": 120_000, "request_id": format!("lease-{w}")});
     let lease = match send(&http, &endpoints, Method::POST, "/v1/leases", &body, &tally).await? {
         Some((200, v)) => v["lease_id"].as_u64().ok_or_else(|| anyhow!("{v}"))?,

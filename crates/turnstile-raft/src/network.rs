@@ -1,6 +1,10 @@
 //! The peer network: openraft's `RaftNetworkV2` over HTTP with bincode bodies.
 //!
-//! One `reqwest::Client` per node keeps connections to peers alive and reuses them. Every
+//! One `reqwest::Client` per node keeps connections to peers alive and reuses them. With TLS
+//! on, peers are called over `https://` with mutual TLS: the client presents this node's
+//! certificate and trusts only the cluster CA, over HTTP/1.1 only; on a certificate reload the
+//! client is rebuilt and swapped in ([`PeerClient::set_tls`]), while requests in flight finish
+//! on the old one. Every
 //! request carries the sender's node id, its cluster id once known (a node refuses RPCs from
 //! another cluster), and an HMAC keyed by the cluster secret ([`crate::peer_auth`]); the secret
 //! itself never travels. A reply is read up to [`PEER_REPLY_BYTES_MAX`], and decoded or quoted
@@ -11,6 +15,8 @@
 
 use std::future::Future;
 use std::sync::{Arc, RwLock};
+
+use arc_swap::ArcSwap;
 use std::time::Duration;
 
 use openraft::errors::{NetworkError, RPCError, ReplicationClosed, StreamingError, Unreachable};
@@ -115,7 +121,11 @@ impl PeerIdentity {
 /// An HTTP client for node-to-node calls, shared by Raft RPCs and leader proxying.
 #[derive(Debug, Clone)]
 pub struct PeerClient {
-    http: reqwest::Client,
+    /// Swapped whole when the TLS certificates are reloaded.
+    http: Arc<ArcSwap<reqwest::Client>>,
+    /// Peers are called over mutual TLS (`https://`).
+    tls: bool,
+    pool_idle: Duration,
     identity: PeerIdentity,
     faults: Faults,
 }
@@ -123,22 +133,40 @@ pub struct PeerClient {
 impl PeerClient {
     /// `pool_idle` must be below the peers' own idle timeout, so that this side drops an idle
     /// connection before the peer closes it and a request never goes out on one being closed.
+    /// `tls`: this node's client config (its certificate, the cluster CA as the only root);
+    /// `None` calls peers over plain HTTP.
     pub fn new(
         identity: PeerIdentity,
         faults: Faults,
         pool_idle: Duration,
+        tls: Option<rustls::ClientConfig>,
     ) -> Result<PeerClient, reqwest::Error> {
-        let http = reqwest::Client::builder()
-            .no_proxy()
-            .tcp_nodelay(true)
-            .connect_timeout(Duration::from_millis(CONNECT_TIMEOUT_MS))
-            .pool_idle_timeout(pool_idle)
-            .build()?;
+        let secure = tls.is_some();
+        let http = build_http(pool_idle, tls)?;
         Ok(PeerClient {
-            http,
+            http: Arc::new(ArcSwap::from_pointee(http)),
+            tls: secure,
+            pool_idle,
             identity,
             faults,
         })
+    }
+
+    /// Uses `tls` for every peer call from now on (a certificate reload). Connections opened
+    /// with the old certificate stay with the old client until its requests finish. Ignored
+    /// by a client that calls peers over plain HTTP: TLS is chosen at start.
+    pub fn set_tls(&self, tls: rustls::ClientConfig) -> Result<(), reqwest::Error> {
+        if !self.tls {
+            return Ok(());
+        }
+        self.http
+            .store(Arc::new(build_http(self.pool_idle, Some(tls))?));
+        Ok(())
+    }
+
+    /// True when peers are called over mutual TLS.
+    pub fn tls_enabled(&self) -> bool {
+        self.tls
     }
 
     pub fn identity(&self) -> &PeerIdentity {
@@ -169,9 +197,11 @@ impl PeerClient {
             cluster_id: cluster_id.as_deref().unwrap_or(""),
         };
         let mac = self.identity.key.sign_request(&head, &body);
+        let scheme = if self.tls { "https" } else { "http" };
         let mut rb = self
             .http
-            .post(format!("http://{addr}{path}"))
+            .load()
+            .post(format!("{scheme}://{addr}{path}"))
             .header(FROM_HEADER, self.identity.node_id)
             .header(AUTH_HEADER, &mac)
             .header(reqwest::header::CONTENT_TYPE, BINCODE_CONTENT_TYPE)
@@ -250,6 +280,27 @@ impl PeerClient {
             codec::decode(&bytes).map_err(|source| PeerError::Decode { peer, source })?;
         result.map_err(|message| PeerError::Remote { peer, message })
     }
+}
+
+/// The peer HTTP client: with `tls`, HTTPS only, HTTP/1.1 only, and the given config's roots
+/// (the cluster CA) and client certificate, nothing built in.
+fn build_http(
+    pool_idle: Duration,
+    tls: Option<rustls::ClientConfig>,
+) -> Result<reqwest::Client, reqwest::Error> {
+    let mut builder = reqwest::Client::builder()
+        .no_proxy()
+        .tcp_nodelay(true)
+        .connect_timeout(Duration::from_millis(CONNECT_TIMEOUT_MS))
+        .pool_idle_timeout(pool_idle);
+    if let Some(tls) = tls {
+        builder = builder
+            .use_preconfigured_tls(tls)
+            .tls_built_in_root_certs(false)
+            .https_only(true)
+            .http1_only();
+    }
+    builder.build()
 }
 
 /// Reads a reply body, giving up past [`PEER_REPLY_BYTES_MAX`] without buffering the rest.

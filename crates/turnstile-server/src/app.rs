@@ -102,7 +102,7 @@ impl App {
 
     /// True when clients must authenticate: exactly when the node serves TLS.
     pub fn auth_on(&self) -> bool {
-        false // MERGE: self.cfg.tls_enabled()
+        self.cfg.tls_enabled()
     }
 
     pub fn node_id(&self) -> u64 {

@@ -9,6 +9,8 @@ use std::path::{Path, PathBuf};
 use clap::{Args, ValueEnum};
 use serde::Deserialize;
 
+use crate::tls::TlsFiles;
+
 /// Default heartbeat interval.
 pub const HEARTBEAT_MS_DEFAULT: u64 = 100;
 /// Default election timeout range.
@@ -53,6 +55,13 @@ pub const HTTP_TIMEOUT_MS_MAX: u64 = 3_600_000;
 /// its peers and an operator; a million is past any file descriptor limit worth having.
 pub const HTTP_CONNECTIONS_MAX_LOWEST: u32 = 8;
 pub const HTTP_CONNECTIONS_MAX_HIGHEST: u32 = 1_000_000;
+/// Default interval at which the TLS files are read again to pick up rotated certificates
+/// (SIGHUP reloads at once). Reading three small files every 10 s costs nothing.
+pub const TLS_RELOAD_INTERVAL_MS_DEFAULT: u64 = 10_000;
+/// Bounds of `tls-reload-interval-ms`: tests poll fast; past a day a rotation is as good as
+/// never noticed without a SIGHUP.
+pub const TLS_RELOAD_INTERVAL_MS_MIN: u64 = 50;
+pub const TLS_RELOAD_INTERVAL_MS_MAX: u64 = 86_400_000;
 
 /// Which lease of a deadlock cycle loses its wait.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize, Default)]
@@ -154,6 +163,24 @@ pub struct ServeArgs {
     /// Most HTTP connections open at once (clients and peers); more are closed on accept.
     #[arg(long, env = "TURNSTILE_HTTP_CONNECTIONS_MAX")]
     pub http_connections_max: Option<u32>,
+    /// PEM file of the cluster CA: it signs every node and client certificate (TLS on
+    /// needs all three of --tls-ca, --tls-cert, --tls-key).
+    #[arg(long, env = "TURNSTILE_TLS_CA")]
+    pub tls_ca: Option<PathBuf>,
+    /// PEM file of this node's certificate (CN node-<id>), served to clients and presented
+    /// to peers.
+    #[arg(long, env = "TURNSTILE_TLS_CERT")]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM file of this node's private key.
+    #[arg(long, env = "TURNSTILE_TLS_KEY")]
+    pub tls_key: Option<PathBuf>,
+    /// How often the TLS files are read again for rotated certificates (SIGHUP: at once).
+    #[arg(long, env = "TURNSTILE_TLS_RELOAD_INTERVAL_MS")]
+    pub tls_reload_interval_ms: Option<u64>,
+    /// Serve plain HTTP with no authentication on a non-loopback address. Without TLS files
+    /// a node refuses to listen anywhere but loopback unless this is given.
+    #[arg(long, env = "TURNSTILE_INSECURE")]
+    pub insecure: bool,
     /// Check state machine invariants after every apply (slow; for tests).
     #[arg(long, env = "TURNSTILE_CHECK_INVARIANTS", hide = true)]
     pub check_invariants: bool,
@@ -183,6 +210,11 @@ struct FileConfig {
     http_idle_timeout_ms: Option<u64>,
     http_body_timeout_ms: Option<u64>,
     http_connections_max: Option<u32>,
+    tls_ca: Option<PathBuf>,
+    tls_cert: Option<PathBuf>,
+    tls_key: Option<PathBuf>,
+    tls_reload_interval_ms: Option<u64>,
+    insecure: Option<bool>,
 }
 
 /// A validated node configuration.
@@ -210,6 +242,13 @@ pub struct NodeConfig {
     pub http_idle_timeout_ms: u64,
     pub http_body_timeout_ms: u64,
     pub http_connections_max: u32,
+    /// The CA, certificate and key files: TLS on the port and mutual TLS between peers.
+    /// `None`: plain HTTP (loopback, or `insecure`).
+    pub tls: Option<TlsFiles>,
+    /// How often the TLS files are read again; see `crate::tls::reload`.
+    pub tls_reload_interval_ms: u64,
+    /// Plain HTTP on a non-loopback address, said out loud (`--insecure`).
+    pub insecure: bool,
     /// Test hooks (`/debug/*`, `TURNSTILE_BUGS`). Never set from flags, env or the file:
     /// only a program embedding the node sets it (see `serve::serve_with_test_hooks`).
     #[cfg(feature = "test-hooks")]
@@ -241,6 +280,14 @@ pub enum ConfigError {
     SelfNotInInitialCluster { id: u64 },
     #[error("invalid setting: {0}")]
     Invalid(String),
+    #[error("TLS needs all three of --tls-ca, --tls-cert and --tls-key; missing: {missing}")]
+    TlsIncomplete { missing: String },
+    #[error("--insecure and the --tls-* files contradict each other: give one or the other")]
+    InsecureWithTls,
+    #[error("refusing to serve plain HTTP without authentication on {listen}, which is not a loopback address: \
+             give --tls-ca, --tls-cert and --tls-key (see `turnstile certs`), or say --insecure to accept that \
+             anyone who can reach {listen} controls every lock")]
+    InsecureNotSaid { listen: SocketAddr },
 }
 
 impl ServeArgs {
@@ -326,6 +373,17 @@ impl ServeArgs {
                 .http_connections_max
                 .or(file.http_connections_max)
                 .unwrap_or(HTTP_CONNECTIONS_MAX_DEFAULT),
+            tls: tls_files(
+                self.tls_ca.or(file.tls_ca),
+                self.tls_cert.or(file.tls_cert),
+                self.tls_key.or(file.tls_key),
+            )?,
+            tls_reload_interval_ms: self
+                .tls_reload_interval_ms
+                .or(file.tls_reload_interval_ms)
+                .unwrap_or(TLS_RELOAD_INTERVAL_MS_DEFAULT),
+            // A flag can only say yes; the file may say either.
+            insecure: self.insecure || file.insecure.unwrap_or(false),
             #[cfg(feature = "test-hooks")]
             enable_test_hooks: false,
             check_invariants: self.check_invariants,
@@ -333,6 +391,31 @@ impl ServeArgs {
         };
         cfg.validate()?;
         Ok(cfg)
+    }
+}
+
+/// All three TLS files or none.
+fn tls_files(
+    ca: Option<PathBuf>,
+    cert: Option<PathBuf>,
+    key: Option<PathBuf>,
+) -> Result<Option<TlsFiles>, ConfigError> {
+    match (ca, cert, key) {
+        (None, None, None) => Ok(None),
+        (Some(ca), Some(cert), Some(key)) => Ok(Some(TlsFiles { ca, cert, key })),
+        (ca, cert, key) => {
+            let missing: Vec<&str> = [
+                (ca.is_none(), "--tls-ca"),
+                (cert.is_none(), "--tls-cert"),
+                (key.is_none(), "--tls-key"),
+            ]
+            .into_iter()
+            .filter_map(|(absent, name)| absent.then_some(name))
+            .collect();
+            Err(ConfigError::TlsIncomplete {
+                missing: missing.join(", "),
+            })
+        }
     }
 }
 
@@ -420,7 +503,32 @@ impl NodeConfig {
                 "metrics-lock-names must be at most {METRICS_LOCK_NAMES_MAX}"
             ));
         }
-        self.validate_http()
+        self.validate_http()?;
+        self.validate_tls()
+    }
+
+    /// TLS files or `--insecure`, never both; plain HTTP off loopback only when said out loud.
+    fn validate_tls(&self) -> Result<(), ConfigError> {
+        if self.insecure && self.tls.is_some() {
+            return Err(ConfigError::InsecureWithTls);
+        }
+        if self.tls.is_none() && !self.insecure && !self.listen.ip().is_loopback() {
+            return Err(ConfigError::InsecureNotSaid {
+                listen: self.listen,
+            });
+        }
+        let interval = TLS_RELOAD_INTERVAL_MS_MIN..=TLS_RELOAD_INTERVAL_MS_MAX;
+        if !interval.contains(&self.tls_reload_interval_ms) {
+            return Err(ConfigError::Invalid(format!(
+                "tls-reload-interval-ms must be within {TLS_RELOAD_INTERVAL_MS_MIN}..={TLS_RELOAD_INTERVAL_MS_MAX}"
+            )));
+        }
+        Ok(())
+    }
+
+    /// True when the node serves HTTPS and peers talk mutual TLS (and authentication is on).
+    pub fn tls_enabled(&self) -> bool {
+        self.tls.is_some()
     }
 
     fn validate_http(&self) -> Result<(), ConfigError> {
@@ -577,5 +685,61 @@ mod tests {
                 "{bad:?}"
             );
         }
+    }
+
+    #[test]
+    fn tls_files_come_all_three_or_none() {
+        let with = |ca: Option<&str>, cert: Option<&str>, key: Option<&str>| ServeArgs {
+            tls_ca: ca.map(PathBuf::from),
+            tls_cert: cert.map(PathBuf::from),
+            tls_key: key.map(PathBuf::from),
+            ..minimal()
+        };
+        let cfg = with(Some("ca"), Some("c"), Some("k"))
+            .resolve()
+            .expect("all three");
+        assert!(cfg.tls_enabled());
+        assert!(!minimal().resolve().expect("none").tls_enabled());
+        match with(Some("ca"), None, Some("k")).resolve() {
+            Err(ConfigError::TlsIncomplete { missing }) => assert_eq!(missing, "--tls-cert"),
+            other => panic!("{other:?}"),
+        }
+        let both = ServeArgs {
+            insecure: true,
+            ..with(Some("ca"), Some("c"), Some("k"))
+        };
+        assert!(matches!(both.resolve(), Err(ConfigError::InsecureWithTls)));
+    }
+
+    #[test]
+    fn plain_http_off_loopback_needs_insecure() {
+        let wildcard = ServeArgs {
+            listen: Some("0.0.0.0:7001".parse().expect("addr")),
+            initial_cluster: Some("1=10.0.0.1:7001".into()),
+            ..minimal()
+        };
+        let err = wildcard.clone().resolve().expect_err("refused");
+        assert!(
+            matches!(err, ConfigError::InsecureNotSaid { .. }),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("--insecure"), "{err}");
+        let said = ServeArgs {
+            insecure: true,
+            ..wildcard.clone()
+        };
+        assert!(said.resolve().expect("insecure said").insecure);
+        let secure = ServeArgs {
+            tls_ca: Some("ca".into()),
+            tls_cert: Some("c".into()),
+            tls_key: Some("k".into()),
+            ..wildcard
+        };
+        assert!(secure.resolve().is_ok());
+        let v6_loopback = ServeArgs {
+            listen: Some("[::1]:7001".parse().expect("addr")),
+            ..minimal()
+        };
+        assert!(v6_loopback.resolve().is_ok());
     }
 }

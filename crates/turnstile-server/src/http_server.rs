@@ -16,6 +16,14 @@
 //! Responses are never timed: a watch stream, or an acquire waiting up to `WAIT_MS_MAX`, holds
 //! its connection as long as it needs (see [`conn_service`]).
 //!
+//! **TLS** (`--tls-*`): after a connection takes its slot, its own task runs the rustls
+//! handshake under the header read timeout, with an acceptor made from the certificates
+//! current at that moment (`crate::tls::reload`). A failed or timed-out handshake (plain HTTP
+//! sent to the TLS port, a client certificate from another CA or expired) closes the
+//! connection, is logged at debug and counted (`turnstile_tls_handshake_failures_total`).
+//! The client's verified certificate, if it sent one, is parsed once and put into every
+//! request's extensions as a [`crate::tls::ClientCert`].
+//!
 //! h2c is off: connections are served by hyper's HTTP/1 connection alone, which drops a
 //! connection opening with the HTTP/2 preface, and without upgrades, so `Upgrade: h2c` is
 //! ignored and the request answered in HTTP/1.1.
@@ -41,12 +49,15 @@ use axum::Router;
 use hyper::server::conn::http1;
 use hyper_util::rt::TokioIo;
 use hyper_util::server::graceful::{GracefulShutdown, Watcher};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tower_http::timeout::RequestBodyTimeout;
 
 use crate::config::NodeConfig;
 use crate::metrics::connections::ConnectionMetrics;
+use crate::metrics::tls::TlsMetrics;
+use crate::tls::{ClientCert, TlsState};
 
 pub mod clocked_io;
 pub mod conn_clock;
@@ -84,12 +95,20 @@ impl HttpLimits {
     }
 }
 
+/// TLS on the port: the current certificates and where handshake failures are counted.
+#[derive(Debug, Clone)]
+pub struct TlsServer {
+    pub state: Arc<TlsState>,
+    pub metrics: Arc<TlsMetrics>,
+}
+
 /// What every connection of one server shares.
 struct Shared {
     limits: HttpLimits,
     service: RequestBodyTimeout<Router>,
     http1: http1::Builder,
     metrics: Arc<ConnectionMetrics>,
+    tls: Option<TlsServer>,
 }
 
 /// Serves `router` on `listener` until `stop` changes; then stops accepting and waits for
@@ -99,6 +118,7 @@ pub async fn serve(
     router: Router,
     limits: HttpLimits,
     metrics: Arc<ConnectionMetrics>,
+    tls: Option<TlsServer>,
     mut stop: watch::Receiver<bool>,
 ) {
     let mut http1 = http1::Builder::new();
@@ -109,6 +129,7 @@ pub async fn serve(
         service: RequestBodyTimeout::new(router, limits.body_timeout),
         http1,
         metrics,
+        tls,
     });
     let slots = Arc::new(Semaphore::new(limits.connections_max as usize));
     let graceful = GracefulShutdown::new();
@@ -156,26 +177,82 @@ fn spawn_connection(
     if let Err(e) = tcp.set_nodelay(true) {
         tracing::debug!(error = %e, "cannot set TCP_NODELAY");
     }
+    let open = OpenConnection::new(slot, shared.metrics.clone());
+    let shared = shared.clone();
+    tokio::spawn(async move {
+        match &shared.tls {
+            None => serve_connection(tcp, None, peer, &shared, watcher).await,
+            Some(tls) => {
+                if let Some((stream, cert)) = handshake(tcp, peer, tls, &shared.limits).await {
+                    serve_connection(stream, cert, peer, &shared, watcher).await;
+                }
+            }
+        }
+        drop(open);
+    });
+}
+
+/// The TLS handshake of one connection, under the header read timeout, and the client's
+/// verified certificate if it sent one. `None`: failed (logged and counted), closed.
+async fn handshake(
+    tcp: TcpStream,
+    peer: SocketAddr,
+    tls: &TlsServer,
+    limits: &HttpLimits,
+) -> Option<(
+    tokio_rustls::server::TlsStream<TcpStream>,
+    Option<ClientCert>,
+)> {
+    let accepting = tls.state.acceptor().accept(tcp);
+    let stream = match tokio::time::timeout(limits.header_read_timeout, accepting).await {
+        Ok(Ok(stream)) => stream,
+        Ok(Err(e)) => {
+            tls.metrics.handshake_failed();
+            tracing::debug!(%peer, error = %e, "TLS handshake failed");
+            return None;
+        }
+        Err(_) => {
+            tls.metrics.handshake_failed();
+            tracing::debug!(%peer, "TLS handshake timed out");
+            return None;
+        }
+    };
+    // rustls verified the chain (if any was sent): the leaf is first.
+    let cert = stream
+        .get_ref()
+        .1
+        .peer_certificates()
+        .and_then(|chain| chain.first())
+        .and_then(|leaf| ClientCert::from_der(leaf));
+    Some((stream, cert))
+}
+
+/// Serves HTTP/1.1 on `io` (plain TCP, or TLS after the handshake) until it closes.
+async fn serve_connection<I>(
+    io: I,
+    cert: Option<ClientCert>,
+    peer: SocketAddr,
+    shared: &Shared,
+    watcher: Watcher,
+) where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
     let limits = shared.limits;
     let clock = Arc::new(ConnClock::new(
         limits.header_read_timeout,
         limits.idle_timeout,
     ));
-    let io = TokioIo::new(ClockedIo::new(tcp, clock.clone()));
-    let service = ConnService::new(shared.service.clone(), clock.clone());
+    let io = TokioIo::new(ClockedIo::new(io, clock.clone()));
+    let service = ConnService::new(shared.service.clone(), clock.clone(), cert);
     let conn = watcher.watch(shared.http1.serve_connection(io, service));
-    let open = OpenConnection::new(slot, shared.metrics.clone());
-    tokio::spawn(async move {
-        match clock.enforce(conn).await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => tracing::debug!(%peer, error = %e, "http connection failed"),
-            Err(expired) => {
-                open.metrics.timed_out(expired.as_str());
-                tracing::debug!(%peer, phase = expired.as_str(), "http connection timed out");
-            }
+    match clock.enforce(conn).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::debug!(%peer, error = %e, "http connection failed"),
+        Err(expired) => {
+            shared.metrics.timed_out(expired.as_str());
+            tracing::debug!(%peer, phase = expired.as_str(), "http connection timed out");
         }
-        drop(open);
-    });
+    }
 }
 
 /// An open connection: its slot under the cap, and its place in the open-connections gauge.

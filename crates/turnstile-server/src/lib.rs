@@ -10,6 +10,7 @@
 //! - [`http_server`]: the HTTP/1.1 server loop and its connection limits (timeouts, cap).
 //! - [`auth`]: who is calling (client certificate or bearer token) and per-node quotas;
 //!   what they may do is judged in `turnstile_core::auth`.
+//! - [`tls`]: TLS on the port and between peers, certificate reload, `turnstile certs`.
 //! - [`api`]: client HTTP handlers; [`peer_api`]: `/raft/*` handlers; [`error`]: the one
 //!   error-to-HTTP mapping; [`views`]: read models; [`proto`]: node-to-node messages.
 //! - [`backup`]: backup files and restoring a new cluster from one.
@@ -50,13 +51,6 @@ pub mod peer_api;
 pub mod proto;
 pub mod routing;
 pub mod serve;
+pub mod tls;
 pub mod views;
 pub mod waiters;
-
-/// MERGE: stand-in until the TLS branch lands `tls::ClientCert`.
-pub mod tls {
-    #[derive(Debug, Clone)]
-    pub struct ClientCert {
-        pub common_name: String,
-    }
-}

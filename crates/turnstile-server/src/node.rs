@@ -62,6 +62,8 @@ pub enum StartError {
     Http(#[from] reqwest::Error),
     #[error("listener: {0}")]
     Listener(std::io::Error),
+    #[error("TLS: {0}")]
+    Tls(#[from] crate::tls::TlsError),
 }
 
 /// A started node.
@@ -141,7 +143,13 @@ pub async fn start(
     identity.cluster_id = Arc::new(RwLock::new(cluster_id.clone()));
     // Half the idle timeout every node here serves with (they share one configuration).
     let pool_idle = std::time::Duration::from_millis(cfg.http_idle_timeout_ms / 2);
-    let peers = PeerClient::new(identity, faults, pool_idle)?;
+    let tls = match &cfg.tls {
+        Some(files) => Some(crate::tls::TlsState::load(files.clone())?),
+        None => None,
+    };
+    let peer_tls = tls.as_ref().map(|(_, client)| client.clone());
+    let tls = tls.map(|(state, _)| state);
+    let peers = PeerClient::new(identity, faults, pool_idle, peer_tls)?;
     if let Some(ours) = cluster_id {
         check_peers_cluster(&cfg, &peers, &ours).await?;
     }
@@ -174,22 +182,37 @@ pub async fn start(
     let (stop, stop_rx) = watch::channel(false);
     let router = api::router(app.clone()).merge(peer_api::router(app.clone()));
     let router = crate::metrics::instrument(router, app.clone(), metrics.clone());
+    let tls_server = tls.as_ref().map(|state| http_server::TlsServer {
+        state: state.clone(),
+        metrics: metrics.tls(),
+    });
     let server = tokio::spawn(http_server::serve(
         listener,
         router,
         HttpLimits::from_config(&app.cfg),
         metrics.connections(),
+        tls_server,
         stop_rx.clone(),
     ));
     // The server task comes first: `shutdown` waits for it before stopping Raft.
-    let tasks = vec![
+    let mut tasks = vec![
         server,
         tokio::spawn(driver::run(app.clone(), stop_rx.clone())),
         tokio::spawn(driver::run_deadlock_checks(app.clone(), stop_rx.clone())),
         tokio::spawn(crate::acks::run_flush(app.clone(), stop_rx.clone())),
         metrics.spawn_raft_watch(app.raft.clone(), stop_rx.clone()),
-        tokio::spawn(bootstrap::run(app.clone(), stop_rx)),
+        tokio::spawn(bootstrap::run(app.clone(), stop_rx.clone())),
     ];
+    if let Some(state) = tls {
+        let interval = Duration::from_millis(app.cfg.tls_reload_interval_ms);
+        tasks.push(tokio::spawn(crate::tls::reload::run(
+            state,
+            interval,
+            app.peers.clone(),
+            metrics.tls(),
+            stop_rx,
+        )));
+    }
     Ok(RunningNode {
         addr,
         app,

@@ -4,6 +4,12 @@
 //! authenticated call is signed back. Bodies are read up to [`PEER_BODY_BYTES_MAX`] and
 //! decoded with bounded allocation (`turnstile_core::codec::decode`). A node that may not vote
 //! (empty or awaiting re-admission) refuses vote requests.
+//!
+//! With TLS on, the gate also requires a node certificate of the HMAC-proven sender that is a
+//! member of the membership this node knows (`crate::tls::peer_check`); it is judged from the
+//! connection's certificate and the headers, before any body byte is read. The MAC covers the
+//! sender header, so once the MAC verifies, the certificate was checked against the proven
+//! sender.
 
 use std::io::Cursor;
 use std::sync::Arc;
@@ -15,6 +21,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::Router;
+use openraft::async_runtime::WatchReceiver;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use turnstile_core::codec;
@@ -28,6 +35,8 @@ use crate::app::App;
 use crate::identity::Phase;
 use crate::membership::{ADMIT_PATH, PREPARE_JOIN_PATH};
 use crate::proto::{MemberOp, ProposeRequest, ReadQuery, MEMBER_PATH, PROPOSE_PATH, READ_PATH};
+use crate::tls::peer_check::{self, KnownMembers};
+use crate::tls::ClientCert;
 use turnstile_raft::network::TRANSFER_LEADER_PATH;
 
 /// Path answering who this node is; used by cluster formation and start-up checks.
@@ -89,13 +98,23 @@ async fn gate(State(app): State<Arc<App>>, req: Request, next: Next) -> Response
     let from = header(FROM_HEADER).and_then(|v| v.parse::<u64>().ok());
     let theirs = header(CLUSTER_ID_HEADER).unwrap_or("");
     // Refused before any body byte is read: no MAC, or no sender.
-    let (Some(mac), Some(_)) = (header(AUTH_HEADER).map(str::to_owned), from) else {
+    let (Some(mac), Some(sender)) = (header(AUTH_HEADER).map(str::to_owned), from) else {
         app.denials.peer(&path, from, "no peer MAC or sender");
         return refuse(
             StatusCode::UNAUTHORIZED,
             "peer call without a MAC or a sender",
         );
     };
+    if app.cfg.tls_enabled() {
+        let cert = parts.extensions.get::<ClientCert>();
+        let exempt = path == IDENTITY_PATH;
+        if let Err(denial) = peer_check::judge(cert, sender, exempt, &known_members(&app)) {
+            let reason = denial.to_string();
+            app.denials.peer(&path, from, &reason);
+            let status = StatusCode::from_u16(denial.status()).unwrap_or(StatusCode::FORBIDDEN);
+            return (status, reason).into_response();
+        }
+    }
     // Only a snapshot may be large, and only one is buffered at a time.
     let snapshot = path == "/raft/snapshot";
     let _snapshot_permit = if snapshot {
@@ -164,6 +183,23 @@ async fn gate(State(app): State<Arc<App>>, req: Request, next: Next) -> Response
     }
     let resp = next.run(Request::from_parts(parts, Body::from(body))).await;
     sign(&app, &mac, resp).await
+}
+
+/// Voters and learners of the membership this node knows; `None` before it knows any.
+fn known_members(app: &App) -> KnownMembers {
+    let metrics = app.raft.metrics();
+    let metrics = metrics.borrow_watched();
+    let ids: std::collections::BTreeSet<u64> = metrics
+        .membership_config
+        .membership()
+        .nodes()
+        .map(|(id, _)| *id)
+        .collect();
+    if ids.is_empty() {
+        KnownMembers::None
+    } else {
+        KnownMembers::Members(ids)
+    }
 }
 
 /// Adds the reply MAC: proof to the caller that this answer comes from a holder of the secret.

@@ -29,7 +29,10 @@ async fn run(cfg: NodeConfig) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(cfg.listen)
         .await
         .with_context(|| format!("cannot listen on {}", cfg.listen))?;
-    tracing::info!(initial_cluster = %format_initial_cluster(&cfg.initial_cluster), "starting");
+    tracing::info!(initial_cluster = %format_initial_cluster(&cfg.initial_cluster), tls = cfg.tls_enabled(), "starting");
+    if cfg.insecure {
+        warn_insecure(cfg.listen);
+    }
     let node = crate::node::start(cfg, listener, Default::default())
         .await
         .context("node failed to start")?;
@@ -39,6 +42,20 @@ async fn run(cfg: NodeConfig) -> anyhow::Result<()> {
     tracing::info!(handed_to = ?drained.handed_to, handover_ms = ?drained.handover_ms, "drained; stopping");
     node.shutdown().await;
     Ok(())
+}
+
+/// The `--insecure` banner, after CockroachDB's: loud, and naming what is exposed.
+fn warn_insecure(listen: std::net::SocketAddr) {
+    tracing::warn!(
+        "\n\
+         *\n\
+         * ALL SECURITY CONTROLS ARE DISABLED (--insecure)\n\
+         * Listening on {listen} over plain HTTP: no TLS, no authentication, no authorization.\n\
+         * Anyone who can reach this address can take, release and read every lock and key,\n\
+         * and can watch all traffic. For a secure cluster see `turnstile certs` and\n\
+         * --tls-ca/--tls-cert/--tls-key (docs/security.md).\n\
+         *"
+    );
 }
 
 /// Resolves on SIGINT or SIGTERM.

@@ -1,6 +1,10 @@
 //! `turnstile dev`: a 1-, 3- or 5-node cluster on loopback in one process, each node with its
 //! own data dir under `--data-dir`, for trying Turnstile out. Restarting it with the same data
 //! dir brings the same cluster back (the dev secret is kept in the data dir).
+//!
+//! `--secure`: a CA, node certificates for 127.0.0.1 and localhost, and a `root` client
+//! certificate are made under `<data-dir>/certs` (kept across restarts), and the nodes serve
+//! HTTPS with mutual TLS between them.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -23,6 +27,31 @@ pub struct DevArgs {
     /// Parent of the nodes' data dirs.
     #[arg(long, env = "TURNSTILE_DATA_DIR")]
     data_dir: Option<PathBuf>,
+    /// TLS with certificates made under <data-dir>/certs, and a `root` client certificate.
+    #[arg(long, env = "TURNSTILE_DEV_SECURE")]
+    secure: bool,
+}
+
+/// The user of the client certificate `--secure` makes.
+const DEV_USER: &str = "root";
+
+/// Makes the dev certificates under `dir` unless they are there from an earlier run.
+fn dev_certs(dir: &Path, nodes: u16) -> anyhow::Result<()> {
+    use turnstile_server::tls::certs::{self, CertOptions};
+    let opts = CertOptions::default();
+    if !certs::ca_paths(dir).cert.exists() {
+        certs::create_ca(dir, &opts)?;
+    }
+    let hosts = ["127.0.0.1".to_string(), "localhost".to_string()];
+    for id in 1..=u64::from(nodes) {
+        if !certs::node_paths(dir, id).cert.exists() {
+            certs::create_node(dir, id, &hosts, &opts)?;
+        }
+    }
+    if !certs::client_paths(dir, DEV_USER).cert.exists() {
+        certs::create_client(dir, DEV_USER, &opts)?;
+    }
+    Ok(())
 }
 
 fn dev_secret(dir: &Path) -> anyhow::Result<String> {
@@ -51,17 +80,27 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         .map(|i| (u64::from(i), dev_addr(args.base_port, i)))
         .collect();
     let initial = format_initial_cluster(&members);
+    let certs_dir = root.join("certs");
+    if args.secure {
+        dev_certs(&certs_dir, args.nodes)?;
+    }
     let mut nodes = Vec::new();
     for (&id, &addr) in &members {
-        let cfg = ServeArgs {
+        let mut serve = ServeArgs {
             id: Some(id),
             listen: Some(addr),
             data_dir: Some(root.join(format!("node-{id}"))),
             initial_cluster: Some(initial.clone()),
             cluster_secret: Some(secret.clone()),
             ..ServeArgs::default()
+        };
+        if args.secure {
+            use turnstile_server::tls::certs;
+            serve.tls_ca = Some(certs::ca_paths(&certs_dir).cert);
+            serve.tls_cert = Some(certs::node_paths(&certs_dir, id).cert);
+            serve.tls_key = Some(certs::node_paths(&certs_dir, id).key);
         }
-        .resolve()?;
+        let cfg = serve.resolve()?;
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .with_context(|| format!("cannot listen on {addr}"))?;
@@ -73,15 +112,41 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         args.nodes,
         root.display()
     );
+    let (scheme, curl) = if args.secure {
+        use turnstile_server::tls::certs;
+        let client = certs::client_paths(&certs_dir, DEV_USER);
+        let ca = certs::ca_paths(&certs_dir).cert;
+        let flags = format!(
+            "--cacert {} --cert {} --key {}",
+            ca.display(),
+            client.cert.display(),
+            client.key.display()
+        );
+        ("https", format!("curl -s {flags}"))
+    } else {
+        ("http", "curl -s".to_string())
+    };
     for (id, addr) in &members {
-        println!("  node {id}: http://{addr}");
+        println!("  node {id}: {scheme}://{addr}");
     }
     println!();
     println!("Try it:");
-    println!("  curl -s -XPOST http://{first}/v1/leases -d '{{\"ttl_ms\": 10000}}'");
-    println!("  curl -s -XPOST http://{first}/v1/locks/demo/acquire -d '{{\"lease_id\": <lease_id>, \"wait_ms\": 0}}'");
-    println!("  curl -s -XPOST http://{first}/v1/locks/demo/release -d '{{\"lease_id\": <lease_id>, \"token\": <token>}}'");
-    println!("  curl -s http://{first}/v1/cluster");
+    println!("  {curl} -XPOST {scheme}://{first}/v1/leases -d '{{\"ttl_ms\": 10000}}'");
+    println!("  {curl} -XPOST {scheme}://{first}/v1/locks/demo/acquire -d '{{\"lease_id\": <lease_id>, \"wait_ms\": 0}}'");
+    println!("  {curl} -XPOST {scheme}://{first}/v1/locks/demo/release -d '{{\"lease_id\": <lease_id>, \"token\": <token>}}'");
+    println!("  {curl} {scheme}://{first}/v1/cluster");
+    if args.secure {
+        use turnstile_server::tls::certs;
+        let client = certs::client_paths(&certs_dir, DEV_USER);
+        let endpoints: Vec<String> = members.values().map(|a| format!("https://{a}")).collect();
+        println!(
+            "  turnstile --endpoints {} --cacert {} --cert {} --key {} status",
+            endpoints.join(","),
+            certs::ca_paths(&certs_dir).cert.display(),
+            client.cert.display(),
+            client.key.display()
+        );
+    }
     println!("Ctrl-C stops the cluster.");
     wait_for_signal().await;
     println!("stopping");

@@ -1,7 +1,8 @@
 //! The `turnstile` binary: `serve` runs one node, `dev` runs a local cluster in the
 //! foreground, the client commands (`lock`, `kv`, `lease`, `locks`, `watch`, `status`,
 //! in `client_cmd.rs` and `lock_cmd.rs`) and the operator commands (`member`, `snapshot`,
-//! `backup`, `restore`, in `admin_cmd.rs`) talk to a cluster through `turnstile-client`.
+//! `backup`, `restore`, in `admin_cmd.rs`) talk to a cluster through `turnstile-client`;
+//! `certs` (in `certs_cmd.rs`) makes the cluster's CA, node and client certificates.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -10,6 +11,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use turnstile_server::config::ServeArgs;
 
 mod admin_cmd;
+mod certs_cmd;
 mod client_cmd;
 mod dev;
 mod duration_arg;
@@ -43,6 +45,9 @@ enum Cmd {
     Serve(Box<ServeArgs>),
     /// Run a local cluster on loopback in the foreground (Ctrl-C stops it).
     Dev(dev::DevArgs),
+    /// Make the cluster CA, node certificates and client certificates.
+    #[command(subcommand)]
+    Certs(certs_cmd::CertsCmd),
     /// Run a command while holding a lock: turnstile lock NAME [--ttl 10s] [--wait 30s] -- CMD ...
     Lock(lock_cmd::LockArgs),
     /// Read and write keys.
@@ -91,6 +96,7 @@ async fn main() -> anyhow::Result<()> {
     let result = match cli.command {
         Cmd::Serve(args) => return turnstile_server::serve::serve(*args).await,
         Cmd::Dev(args) => return dev::run(args).await,
+        Cmd::Certs(cmd) => return certs_cmd::run(cmd),
         Cmd::Lock(args) => lock_cmd::run(client, args).await,
         Cmd::Kv(cmd) => client_cmd::kv(client, cmd).await,
         Cmd::Lease(cmd) => client_cmd::lease(client, cmd).await,

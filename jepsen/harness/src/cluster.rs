@@ -266,6 +266,9 @@ impl ProcCluster {
         args.extend(["--initial-cluster-state".into(), "new".into()]);
         args.push("--enable-test-hooks".into());
         args.push("--check-invariants".into());
+        // Nodes listen on their namespace's (non-loopback) address over plain HTTP: a node
+        // refuses that unless told so (docs/security.md).
+        args.push("--insecure".into());
         args.extend(self.opts.extra_args.iter().map(OsString::from));
         args
     }

@@ -1,6 +1,7 @@
 //! The integration suites against in-process clusters and real processes, one module per
 //! suite, linked as one test executable (each executable costs CI a link of every dependency).
 
+mod auth;
 mod backup_restore;
 mod bad_input;
 mod container_image;
@@ -15,5 +16,6 @@ mod metrics;
 mod minority;
 mod queues;
 mod restart;
+mod tls;
 mod watch;
 mod wiped_node;

@@ -2,7 +2,9 @@
 //! timed by tower-http's `RequestBodyTimeout`), reporting to the connection's [`ConnClock`]
 //! when a request starts and when its response ends. A response ends when hyper drops its
 //! body, after the last byte is written or because the connection went away; until then the
-//! connection has no deadline, so a watch stream or a long acquire is never cut.
+//! connection has no deadline, so a watch stream or a long acquire is never cut. On a TLS
+//! connection whose client sent a verified certificate, every request gets a copy of its
+//! [`ClientCert`] in its extensions (nothing a client sends can put one there).
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -17,17 +19,19 @@ use hyper::body::Incoming;
 use tower::ServiceExt;
 
 use super::conn_clock::ConnClock;
+use crate::tls::ClientCert;
 
 /// `inner`, called once per request of one connection.
 #[derive(Debug, Clone)]
 pub struct ConnService<S> {
     inner: S,
     clock: Arc<ConnClock>,
+    cert: Option<ClientCert>,
 }
 
 impl<S> ConnService<S> {
-    pub fn new(inner: S, clock: Arc<ConnClock>) -> ConnService<S> {
-        ConnService { inner, clock }
+    pub fn new(inner: S, clock: Arc<ConnClock>, cert: Option<ClientCert>) -> ConnService<S> {
+        ConnService { inner, clock, cert }
     }
 }
 
@@ -43,8 +47,11 @@ where
     type Error = Infallible;
     type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Infallible>> + Send>>;
 
-    fn call(&self, req: Request<Incoming>) -> Self::Future {
+    fn call(&self, mut req: Request<Incoming>) -> Self::Future {
         self.clock.request_started();
+        if let Some(cert) = &self.cert {
+            req.extensions_mut().insert(cert.clone());
+        }
         let request = InFlight(self.clock.clone());
         let response = self.inner.clone().oneshot(req);
         Box::pin(async move {

@@ -7,6 +7,7 @@
 //! - [`raft`]: openraft's batch-size and RPC hook, and the leader-change watcher.
 //! - [`http`]: request latency by method, route template and status.
 //! - [`connections`]: HTTP connections open, refused at the cap, and timed out.
+//! - [`tls`]: failed TLS handshakes, certificate reloads and refused reloads.
 //! - [`scrape`]: figures read at scrape time (Raft, lock state, log store, API counters).
 //!
 //! Two kinds of figures: apply-derived ones are the same on every node (every node applies
@@ -43,6 +44,7 @@ pub mod labels;
 pub mod locks;
 pub mod raft;
 pub mod scrape;
+pub mod tls;
 
 /// Prefix of every metric name.
 pub const PREFIX: &str = "turnstile";
@@ -62,6 +64,7 @@ pub struct NodeMetrics {
     registry: Registry,
     http: Arc<http::HttpMetrics>,
     connections: Arc<connections::ConnectionMetrics>,
+    tls: Arc<tls::TlsMetrics>,
     locks: Arc<locks::LockMetrics>,
     raft: Arc<raft::RaftRecorder>,
     log: SyncStatsHandle,
@@ -79,17 +82,20 @@ impl NodeMetrics {
     pub fn new(cfg: &NodeConfig, log: SyncStatsHandle) -> Arc<NodeMetrics> {
         let http = Arc::new(http::HttpMetrics::new());
         let connections = Arc::new(connections::ConnectionMetrics::default());
+        let tls = Arc::new(tls::TlsMetrics::default());
         let locks = Arc::new(locks::LockMetrics::new(cfg.metrics_lock_names as usize));
         let raft = Arc::new(raft::RaftRecorder::new());
         let mut registry = Registry::with_prefix(PREFIX);
         http.register(&mut registry);
         connections.register(&mut registry);
+        tls.register(&mut registry);
         locks.register(&mut registry);
         raft.register(&mut registry);
         Arc::new(NodeMetrics {
             registry,
             http,
             connections,
+            tls,
             locks,
             raft,
             log,
@@ -99,6 +105,11 @@ impl NodeMetrics {
     /// What the HTTP server counts its connections in.
     pub fn connections(&self) -> Arc<connections::ConnectionMetrics> {
         self.connections.clone()
+    }
+
+    /// What the HTTP server and the TLS reload count handshakes and reloads in.
+    pub fn tls(&self) -> Arc<tls::TlsMetrics> {
+        self.tls.clone()
     }
 
     /// What the state machine reports applied entries to.

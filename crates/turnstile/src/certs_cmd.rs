@@ -1,0 +1,77 @@
+//! `turnstile certs`: making the cluster CA, node certificates and client certificates into a
+//! certs dir. Thin wiring over `turnstile_server::tls::certs`, which documents the files,
+//! their modes and validity.
+
+use std::path::PathBuf;
+
+use clap::{Args, Subcommand};
+use turnstile_server::tls::certs::{self, CertOptions, CertPaths};
+
+#[derive(Subcommand)]
+pub enum CertsCmd {
+    /// Make a new cluster CA: D/ca.crt and D/ca.key (keep ca.key off the nodes if you can).
+    #[command(name = "create-ca")]
+    Ca(CommonArgs),
+    /// Make node N's certificate, signed by D/ca.key: D/node-N.crt and .key (CN node-N,
+    /// SANs = every --host, usable as server and client certificate).
+    #[command(name = "create-node")]
+    Node {
+        #[command(flatten)]
+        common: CommonArgs,
+        /// The node's id, as given to `serve --id`.
+        #[arg(long)]
+        id: u64,
+        /// An address or DNS name peers and clients use to reach the node (repeatable; IP
+        /// literals become IP SANs).
+        #[arg(long = "host", required = true)]
+        hosts: Vec<String>,
+    },
+    /// Make a client certificate for a user: D/client-NAME.crt and .key (CN = NAME).
+    #[command(name = "create-client")]
+    Client {
+        #[command(flatten)]
+        common: CommonArgs,
+        /// The user the certificate authenticates (`root` is the superuser; `node-<digits>`
+        /// is reserved for nodes).
+        #[arg(long)]
+        user: String,
+    },
+}
+
+#[derive(Args)]
+pub struct CommonArgs {
+    /// Directory of the certificates (created mode 0700).
+    #[arg(long, env = "TURNSTILE_CERTS_DIR")]
+    certs_dir: PathBuf,
+    /// Replace files that exist instead of refusing (rotation).
+    #[arg(long)]
+    overwrite: bool,
+}
+
+impl CommonArgs {
+    fn options(&self) -> CertOptions {
+        CertOptions {
+            overwrite: self.overwrite,
+            validity: None,
+        }
+    }
+}
+
+pub fn run(cmd: CertsCmd) -> anyhow::Result<()> {
+    let written = match &cmd {
+        CertsCmd::Ca(c) => certs::create_ca(&c.certs_dir, &c.options())?,
+        CertsCmd::Node { common, id, hosts } => {
+            certs::create_node(&common.certs_dir, *id, hosts, &common.options())?
+        }
+        CertsCmd::Client { common, user } => {
+            certs::create_client(&common.certs_dir, user, &common.options())?
+        }
+    };
+    print_written(&written);
+    Ok(())
+}
+
+fn print_written(paths: &CertPaths) {
+    println!("wrote {}", paths.cert.display());
+    println!("wrote {} (mode 0600)", paths.key.display());
+}
