@@ -10,6 +10,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use turnstile_server::config::ServeArgs;
 
 mod admin_cmd;
+mod auth_cmd;
 mod client_cmd;
 mod dev;
 mod duration_arg;
@@ -69,6 +70,9 @@ enum Cmd {
     Backup(admin_cmd::BackupArgs),
     /// Seed a new node's empty data dir from a backup, for a new cluster (offline).
     Restore(admin_cmd::RestoreArgs),
+    /// Manage roles, users and tokens (root), or show who you are (whoami).
+    #[command(subcommand)]
+    Auth(auth_cmd::AuthCmd),
 }
 
 fn init_logging(format: LogFormat) {
@@ -101,6 +105,7 @@ async fn main() -> anyhow::Result<()> {
         Cmd::Snapshot => admin_cmd::snapshot(client).await,
         Cmd::Backup(args) => admin_cmd::backup(client, args).await,
         Cmd::Restore(args) => admin_cmd::restore(client.json, args).await,
+        Cmd::Auth(cmd) => auth_cmd::run(client, cmd).await,
     };
     // Client commands report failures in one line, and exit with their own codes.
     let code = result.unwrap_or_else(|e| {
