@@ -46,21 +46,22 @@ pub struct ClientArgs {
     #[arg(long, global = true, env = "TURNSTILE_CACERT", value_name = "FILE")]
     pub cacert: Option<PathBuf>,
     /// Client certificate (PEM) to authenticate with; its CN is the principal. Needs --key.
+    /// Given before the command (not global: `watch --key` and `kv put KEY` are taken).
     #[arg(
-        long,
-        global = true,
+        long = "cert",
+        id = "client_cert",
         env = "TURNSTILE_CERT",
         value_name = "FILE",
-        requires = "key"
+        requires = "client_key"
     )]
     pub cert: Option<PathBuf>,
-    /// Private key (PEM) of --cert.
+    /// Private key (PEM) of --cert. Given before the command.
     #[arg(
-        long,
-        global = true,
+        long = "key",
+        id = "client_key",
         env = "TURNSTILE_KEY",
         value_name = "FILE",
-        requires = "cert"
+        requires = "client_cert"
     )]
     pub key: Option<PathBuf>,
     /// Bearer token to authenticate with (from `turnstile auth token create`). Read from

@@ -129,3 +129,45 @@ fn dev_addr(base_port: u16, i: u16) -> SocketAddr {
 fn dev_data_dir() -> PathBuf {
     PathBuf::from("turnstile-data")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    /// The client flags sit beside every subcommand's own: `--key` (the client key, before
+    /// the command) must not collide with `watch --key` or `kv put KEY`.
+    #[test]
+    fn client_flags_do_not_collide_with_subcommands() {
+        Cli::command().debug_assert();
+        let argv = [
+            "turnstile",
+            "--cert",
+            "c.pem",
+            "--key",
+            "k.pem",
+            "watch",
+            "--key",
+            "a",
+        ];
+        let cli = Cli::try_parse_from(argv).map_err(|e| e.to_string());
+        assert!(
+            matches!(&cli, Ok(c) if c.client.key.is_some() && matches!(c.command, Cmd::Watch(_))),
+            "{:?}",
+            cli.err()
+        );
+        let put = [
+            "turnstile",
+            "--cert",
+            "c",
+            "--key",
+            "k",
+            "kv",
+            "put",
+            "a",
+            "b",
+        ];
+        assert!(Cli::try_parse_from(put).is_ok());
+        assert!(Cli::try_parse_from(["turnstile", "--cert", "c", "status"]).is_err());
+    }
+}
