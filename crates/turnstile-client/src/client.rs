@@ -14,7 +14,7 @@ use crate::types::{
     AcquireOptions, ClusterInfo, Condition, CounterValue, Deleted, Fence, FenceCheck, Grant,
     Keepalive, KeyValue, LeaseGrant, LeaseInfo, LockInfo, MultiGrant, PutOptions, Written,
 };
-use crate::{DeleteOptions, Error, Prepared};
+use crate::{DeleteOptions, Error, Prepared, Security};
 
 /// HTTP timeout of one attempt, above the server's own write deadline (5 s) plus a
 /// follower's forwarding margin (0.5 s), so the server's answer (even `504 indeterminate`)
@@ -28,7 +28,7 @@ pub const CONNECT_TIMEOUT_MS_DEFAULT: u64 = 1_000;
 /// so the client drops it before the node closes it under a request.
 pub const POOL_IDLE_MS: u64 = 30_000;
 
-/// Timeouts of a [`Client`].
+/// Timeouts and security of a [`Client`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClientConfig {
     /// HTTP timeout of one attempt (a blocking acquire adds its wait).
@@ -36,6 +36,8 @@ pub struct ClientConfig {
     /// How long a call retries before giving up (a blocking acquire adds its wait).
     pub retry_budget: Duration,
     pub connect_timeout: Duration,
+    /// TLS trust, client certificate and bearer token (none by default: plain HTTP).
+    pub security: Security,
 }
 
 impl Default for ClientConfig {
@@ -44,6 +46,7 @@ impl Default for ClientConfig {
             request_timeout: Duration::from_millis(REQUEST_TIMEOUT_MS_DEFAULT),
             retry_budget: Duration::from_millis(RETRY_BUDGET_MS_DEFAULT),
             connect_timeout: Duration::from_millis(CONNECT_TIMEOUT_MS_DEFAULT),
+            security: Security::default(),
         }
     }
 }
@@ -66,23 +69,45 @@ struct CounterRead {
 }
 
 impl Client {
-    /// A client with the default [`ClientConfig`]. Endpoints are `ip:port` or `http://...`.
+    /// A client with the default [`ClientConfig`] (plain HTTP, no credentials). Endpoints are
+    /// `ip:port` or `http://...`.
     pub fn new(endpoints: Vec<String>) -> Result<Client, Error> {
         Client::with_config(endpoints, ClientConfig::default())
     }
 
+    /// A client with these timeouts and this [`Security`]. With a CA bundle, endpoints are
+    /// `https://...` or bare `ip:port` (meaning https). A token is refused (before anything is
+    /// sent) if an endpoint is plain `http://` to a host other than loopback.
     pub fn with_config(endpoints: Vec<String>, config: ClientConfig) -> Result<Client, Error> {
-        let http = reqwest::Client::builder()
+        let endpoints = Endpoints::new(endpoints, config.security.tls())?;
+        if config.security.has_token() {
+            if let Some(url) = endpoints.plain_non_loopback() {
+                return Err(Error::Config {
+                    message: format!(
+                        "refusing to send a token over plain HTTP to {url}: anyone on the path \
+                         could read it; use https:// with a CA bundle"
+                    ),
+                });
+            }
+        }
+        let builder = reqwest::Client::builder()
             .no_proxy()
+            // The API is HTTP/1.1; nodes refuse h2 and h2c.
+            .http1_only()
+            // Nodes never redirect; following one could carry the token elsewhere.
+            .redirect(reqwest::redirect::Policy::none())
             .connect_timeout(config.connect_timeout)
-            .pool_idle_timeout(Duration::from_millis(POOL_IDLE_MS))
+            .pool_idle_timeout(Duration::from_millis(POOL_IDLE_MS));
+        let http = config
+            .security
+            .configure(builder)?
             .build()
             .map_err(|e| Error::Config {
-                message: format!("cannot build the HTTP client: {e}"),
+                message: format!("cannot build the HTTP client: {}", crate::error::chain(&e)),
             })?;
         Ok(Client {
             http,
-            endpoints: Arc::new(Endpoints::new(endpoints)?),
+            endpoints: Arc::new(endpoints),
             config,
             acks: Default::default(),
         })

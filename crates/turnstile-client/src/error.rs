@@ -9,7 +9,7 @@ use serde::Deserialize;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Error {
     /// Try-acquire (`wait` zero) of a lock someone holds; `current_token` is the holder's.
-    #[error("lock held (current token {current_token:?}): {message}")]
+    #[error("lock held{}: {message}", token_note(*current_token))]
     LockHeld {
         current_token: Option<u64>,
         message: String,
@@ -30,7 +30,7 @@ pub enum Error {
     #[error("deadlock victim: {message}")]
     DeadlockVictim { message: String },
     /// A fenced write whose token is not the lock's current grant.
-    #[error("fenced (current token {current_token:?}): {message}")]
+    #[error("fenced{}: {message}", token_note(*current_token))]
     Fenced {
         current_token: Option<u64>,
         message: String,
@@ -71,7 +71,7 @@ pub enum Error {
     /// **Outcome unknown**: a write may or may not have been applied when the deadline passed.
     /// Resend the same request (same `request_id`, see [`crate::Prepared`]) to learn the
     /// outcome; it never acts twice.
-    #[error("outcome unknown (request_id {request_id:?}): {message}")]
+    #[error("outcome unknown{}: {message}", request_id_note(request_id.as_deref()))]
     Indeterminate {
         request_id: Option<String>,
         message: String,
@@ -90,6 +90,22 @@ pub enum Error {
     /// The session's lease is gone or no longer trusted (see [`crate::LostReason`]).
     #[error("session lost: {reason}")]
     SessionLost { reason: crate::LostReason },
+    /// `401 unauthenticated`: no credential, or one the cluster does not accept (unknown,
+    /// revoked or expired token; a certificate of another CA is a [`Error::Tls`] instead).
+    /// Final: resending cannot help.
+    #[error("unauthenticated: {message}")]
+    Unauthenticated { message: String },
+    /// `403 permission_denied`: the principal lacks a permission; `message` names it. Final.
+    #[error("permission denied: {message}")]
+    PermissionDenied { message: String },
+    /// `429 quota_exceeded`: this principal is at one of its quotas; `message` names it. Final
+    /// (not a rate limit: waiting does not help until the principal frees something).
+    #[error("quota exceeded: {message}")]
+    QuotaExceeded { message: String },
+    /// The TLS handshake with `endpoint` failed (an unknown CA, a name mismatch, a client
+    /// certificate refused). Final: it fails the same way until the configuration changes.
+    #[error("TLS handshake with {endpoint} failed: {message}")]
+    Tls { endpoint: String, message: String },
     /// Any other refusal the server answered with (`membership_refused`, `body_too_large`, ...).
     #[error("server refused ({status} {code}): {message}")]
     Server {
@@ -159,6 +175,9 @@ impl Error {
             "no_quorum" => Error::NoQuorum { message },
             "not_member" => Error::NotMember { message },
             "unavailable" => Error::Unavailable { message },
+            "unauthenticated" => Error::Unauthenticated { message },
+            "permission_denied" => Error::PermissionDenied { message },
+            "quota_exceeded" => Error::QuotaExceeded { message },
             "indeterminate" => Error::Indeterminate {
                 request_id: None,
                 message,
@@ -181,7 +200,23 @@ impl Error {
             // `unavailable`: the node's Raft stopped, perhaps after appending.
             Error::Unavailable { .. } | Error::Indeterminate { .. } => Retry::Uncertain,
             Error::Server { status, .. } if *status >= 500 => Retry::Uncertain,
+            // Every 4xx (401, 403, 429 included), TLS failures, and the rest: final.
             _ => Retry::No,
+        }
+    }
+
+    /// A refusal by status alone (no `{code, message}` body, e.g. from a proxy): 401 and 403
+    /// keep their meaning, so they stay typed and final.
+    pub(crate) fn from_status(status: u16, message: String) -> Error {
+        match status {
+            401 => Error::Unauthenticated { message },
+            403 => Error::PermissionDenied { message },
+            s if s >= 500 => Error::Server {
+                status,
+                code: String::new(),
+                message,
+            },
+            _ => Error::Protocol { message },
         }
     }
 
@@ -189,6 +224,53 @@ impl Error {
     pub fn is_indeterminate(&self) -> bool {
         matches!(self, Error::Indeterminate { .. })
     }
+}
+
+/// `" (current token N)"`, or nothing when the server named none.
+fn token_note(current_token: Option<u64>) -> String {
+    current_token.map_or_else(String::new, |t| format!(" (current token {t})"))
+}
+
+/// `" (request_id ID)"`, or nothing when the request had none.
+fn request_id_note(request_id: Option<&str>) -> String {
+    request_id.map_or_else(String::new, |id| format!(" (request_id {id})"))
+}
+
+/// An error and its sources, `outer: inner: innermost`, skipping a source whose text its
+/// parent already shows (reqwest and hyper often repeat it).
+pub(crate) fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut next = e.source();
+    while let Some(source) = next {
+        let text = source.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        next = source.source();
+    }
+    out
+}
+
+/// The rustls error inside a transport error, if TLS is what failed. `io::Error` hides its
+/// payload from `source()` (and hyper-rustls wraps tokio-rustls's `io::Error` in another), so
+/// an `io::Error` link is followed into its payload with `get_ref` instead.
+pub(crate) fn tls_cause<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a rustls::Error> {
+    let mut next = Some(e);
+    // Bounded: a chain is a handful of links; a cycle cannot loop forever.
+    for _ in 0..32 {
+        let link = next?;
+        if let Some(tls) = link.downcast_ref::<rustls::Error>() {
+            return Some(tls);
+        }
+        next = match link.downcast_ref::<std::io::Error>() {
+            Some(io) => io
+                .get_ref()
+                .map(|inner| inner as &(dyn std::error::Error + 'static)),
+            None => link.source(),
+        };
+    }
+    None
 }
 
 #[cfg(test)]
@@ -201,6 +283,45 @@ mod tests {
             message: "m".into(),
             current_token,
         }
+    }
+
+    #[test]
+    fn auth_refusals_are_typed_and_final() {
+        let table = [
+            ("unauthenticated", 401),
+            ("permission_denied", 403),
+            ("quota_exceeded", 429),
+        ];
+        for (code, status) in table {
+            let e = Error::from_body(status, body(code, None));
+            assert_eq!(e.retry(), Retry::No, "{code}");
+            assert!(!matches!(e, Error::Server { .. }), "{code}: {e:?}");
+            assert!(e.to_string().ends_with(": m"), "{e}");
+        }
+        assert!(matches!(
+            Error::from_status(401, "x".into()),
+            Error::Unauthenticated { .. }
+        ));
+        assert_eq!(Error::from_status(429, "x".into()).retry(), Retry::No);
+    }
+
+    #[test]
+    fn display_shows_no_debug_text() {
+        let shown = [
+            Error::from_body(409, body("lock_held", Some(634))).to_string(),
+            Error::from_body(409, body("lock_held", None)).to_string(),
+            Error::from_body(409, body("fenced", Some(7))).to_string(),
+            Error::Indeterminate {
+                request_id: Some("ab12".into()),
+                message: "m".into(),
+            }
+            .to_string(),
+        ];
+        assert_eq!(shown[0], "lock held (current token 634): m");
+        assert_eq!(shown[1], "lock held: m");
+        assert_eq!(shown[2], "fenced (current token 7): m");
+        assert_eq!(shown[3], "outcome unknown (request_id ab12): m");
+        assert!(shown.iter().all(|s| !s.contains("Some(")));
     }
 
     #[test]

@@ -12,6 +12,9 @@
 //! - `acks.rs`: answered request ids, acknowledged on the next requests so the server can
 //!   forget their records at once.
 //! - `admin.rs`: operator calls on [`Client`]: membership, snapshots, backups.
+//! - `auth.rs`: root's calls on [`Client`]: roles, users, tokens, and `whoami` for anyone.
+//! - [`Security`] (`security.rs`): the CA bundle to trust (TLS), the client certificate, and
+//!   the bearer token, all checked when the client is built.
 //! - [`Watch`] (`watch.rs`, `sse.rs`): a server-sent-events stream that resumes by itself with
 //!   `Last-Event-ID`.
 //! - [`Session`] (`session.rs`, `keepalive.rs`), [`Lost`] (`lost.rs`) and [`LockGuard`]
@@ -37,6 +40,7 @@
 
 mod acks;
 mod admin;
+mod auth;
 mod client;
 mod endpoints;
 mod error;
@@ -44,6 +48,7 @@ mod guard;
 mod keepalive;
 mod lost;
 mod request;
+mod security;
 mod session;
 mod sse;
 mod types;
@@ -51,6 +56,10 @@ mod watch;
 
 pub use acks::{PendingAcks, ACKS_PER_REQUEST_MAX, ACK_HEADER, PENDING_ACKS_MAX};
 pub use admin::{Members, SnapshotTaken};
+pub use auth::{
+    Access, NamedRole, NamedUser, Permission, PermissionKind, Quotas, Role, TokenCreated, User,
+    WhoAmI,
+};
 pub use client::{
     Client, ClientConfig, CONNECT_TIMEOUT_MS_DEFAULT, REQUEST_TIMEOUT_MS_DEFAULT,
     RETRY_BUDGET_MS_DEFAULT,
@@ -60,6 +69,7 @@ pub use guard::LockGuard;
 pub use keepalive::{local_deadline, safety_margin, SAFETY_MARGIN_MS_MIN};
 pub use lost::{Lost, LostReason};
 pub use request::{new_request_id, Prepared};
+pub use security::{Security, PEM_BYTES_MAX};
 pub use session::{Session, SessionOptions, SESSION_TTL_MS_DEFAULT};
 pub use types::{
     AcquireOptions, ClusterInfo, Condition, CounterValue, DeleteOptions, Deleted, Fence,

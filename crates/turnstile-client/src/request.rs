@@ -43,6 +43,9 @@ pub struct Prepared<T> {
     /// is added to the HTTP timeout and to the retry deadline.
     pub(crate) server_wait: Duration,
     pub(crate) mutating: bool,
+    /// Whether an attempt whose outcome is unknown may be sent again. False for a
+    /// non-idempotent call without a `request_id` (creating a token): a resend would act twice.
+    pub(crate) resend_uncertain: bool,
     /// Largest answer body read ([`ANSWER_BYTES_MAX`] unless raised, for backups).
     pub(crate) answer_bytes_max: usize,
     answer: PhantomData<fn() -> T>,
@@ -57,6 +60,7 @@ impl<T> Prepared<T> {
             request_id: None,
             server_wait: Duration::ZERO,
             mutating,
+            resend_uncertain: true,
             answer_bytes_max: ANSWER_BYTES_MAX,
             answer: PhantomData,
         }
@@ -92,6 +96,12 @@ impl<T> Prepared<T> {
     /// A write without a `request_id` (keepalive: repeating it is harmless).
     pub(crate) fn idempotent_write(method: Method, path: String) -> Prepared<T> {
         Prepared::new(method, path, None, true)
+    }
+
+    /// Never resent once it may have been delivered (see `resend_uncertain`).
+    pub(crate) fn not_resent_when_uncertain(mut self) -> Prepared<T> {
+        self.resend_uncertain = false;
+        self
     }
 
     pub(crate) fn with_answer_bytes_max(mut self, max: usize) -> Prepared<T> {
@@ -219,6 +229,9 @@ impl Client {
             match failure.retry {
                 Retry::No => return Err(failure.error),
                 Retry::Safe => {}
+                Retry::Uncertain if !req.resend_uncertain => {
+                    return Err(out_of_time(req, failure.error, true))
+                }
                 Retry::Uncertain => uncertain = true,
             }
             let pause = backoff.next();
@@ -259,7 +272,9 @@ impl Client {
         let url = format!("{base}{}", req.path);
         let result = self.attempt(&url, req, timeout).await;
         match &result {
-            Err(f) if f.retry != Retry::No => self.endpoints.failed(i),
+            Err(f) if f.retry != Retry::No || matches!(f.error, Error::Tls { .. }) => {
+                self.endpoints.failed(i)
+            }
             _ => self.endpoints.answered(i),
         }
         Ok(decode(&url, &result?)?)
@@ -339,10 +354,24 @@ fn decode_json<T: DeserializeOwned>(url: &str, bytes: &[u8]) -> Result<T, Error>
     })
 }
 
-/// A transport error: a failed connect cannot have delivered the request; anything later may
-/// have.
-fn transport(url: &str, e: &reqwest::Error) -> Failure {
-    let message = format!("{url}: {e}");
+/// A transport error: a failed TLS handshake is final (it fails the same way until the
+/// configuration changes, and the node refused before reading a request); a failed connect
+/// cannot have delivered the request; anything later may have.
+pub(crate) fn transport(url: &str, e: &reqwest::Error) -> Failure {
+    if let Some(tls) = crate::error::tls_cause(e) {
+        let endpoint = reqwest::Url::parse(url)
+            .ok()
+            .and_then(|u| Some(format!("{}:{}", u.host_str()?, u.port_or_known_default()?)))
+            .unwrap_or_else(|| url.to_string());
+        return Failure {
+            error: Error::Tls {
+                endpoint,
+                message: tls.to_string(),
+            },
+            retry: Retry::No,
+        };
+    }
+    let message = format!("{url}: {}", crate::error::chain(e));
     if e.is_connect() {
         Failure {
             error: Error::Unreachable { message },
@@ -361,21 +390,12 @@ fn transport(url: &str, e: &reqwest::Error) -> Failure {
 
 /// A non-2xx answer: the server's `{code, message}`, or (from something else on the path) the
 /// status alone.
-fn refusal(url: &str, status: u16, bytes: &[u8]) -> Error {
+pub(crate) fn refusal(url: &str, status: u16, bytes: &[u8]) -> Error {
     match serde_json::from_slice::<ErrorBody>(bytes) {
         Ok(body) => Error::from_body(status, body),
         Err(_) => {
             let text = String::from_utf8_lossy(bytes);
-            let message = format!("{url}: HTTP {status}: {}", text.trim());
-            if status >= 500 {
-                Error::Server {
-                    status,
-                    code: String::new(),
-                    message,
-                }
-            } else {
-                Error::Protocol { message }
-            }
+            Error::from_status(status, format!("{url}: HTTP {status}: {}", text.trim()))
         }
     }
 }

@@ -102,8 +102,10 @@ pub struct MultiGrant {
 /// One holder of a lock.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Holder {
-    pub lease_id: u64,
-    pub token: u64,
+    /// `None` when the lease is another principal's (a secure cluster hides it).
+    pub lease_id: Option<u64>,
+    /// `None` when the lease is another principal's.
+    pub token: Option<u64>,
     #[serde(default)]
     pub term: Option<u64>,
     pub mode: Mode,
@@ -114,7 +116,8 @@ pub struct Holder {
 /// One queued waiter of a lock.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Waiter {
-    pub lease_id: u64,
+    /// `None` when the lease is another principal's.
+    pub lease_id: Option<u64>,
     pub mode: Mode,
     pub since_ms: u64,
 }
@@ -270,7 +273,7 @@ mod tests {
             "holders": [{"lease_id": 4, "token": 14, "term": 1, "mode": "exclusive", "since_ms": 3358}],
             "waiters": [{"lease_id": 5, "mode": "shared", "since_ms": 4000}]});
         let info: LockInfo = serde_json::from_value(v)?;
-        assert_eq!(info.holders[0].token, 14);
+        assert_eq!(info.holders[0].token, Some(14));
         assert_eq!(info.waiters[0].mode, Mode::Shared);
         Ok(())
     }

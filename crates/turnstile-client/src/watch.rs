@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use futures::Stream;
 use serde_json::Value;
 
-use crate::error::{ErrorBody, Retry};
+use crate::error::Retry;
 use crate::sse::{SseEvent, SseParser};
 use crate::{Client, Error};
 
@@ -342,9 +342,14 @@ impl WatchState {
         let sent = tokio::time::timeout(self.client.config.request_timeout, rb.send()).await;
         let resp = match sent {
             Ok(Ok(resp)) => resp,
+            // A TLS failure stays final; anything else before an answer is "unreachable": a
+            // watch changes nothing, so reconnecting is always safe.
             Ok(Err(e)) => {
-                return Err(Error::Unreachable {
-                    message: format!("{url}: {e}"),
+                return Err(match crate::request::transport(url, &e).error {
+                    Error::Unreachable { message } | Error::Indeterminate { message, .. } => {
+                        Error::Unreachable { message }
+                    }
+                    other => other,
                 })
             }
             Err(_) => {
@@ -358,14 +363,7 @@ impl WatchState {
             return Ok(resp);
         }
         let text = resp.text().await.unwrap_or_default();
-        Err(match serde_json::from_str::<ErrorBody>(&text) {
-            Ok(body) => Error::from_body(status, body),
-            Err(_) => Error::Server {
-                status,
-                code: String::new(),
-                message: format!("{url}: {}", text.trim()),
-            },
-        })
+        Err(crate::request::refusal(url, status, text.as_bytes()))
     }
 }
 

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
-use turnstile_client::{Client, Error, Members};
+use turnstile_client::{Error, Members};
 use turnstile_server::backup::{self, RestorePlan};
 use turnstile_server::config::parse_initial_cluster;
 
@@ -72,7 +72,11 @@ pub async fn member(args: &ClientArgs, cmd: MemberCmd) -> anyhow::Result<i32> {
             print_members(&m);
             Ok(0)
         }
-        Err(e @ Error::Server { status: 409, .. }) => {
+        Err(
+            e @ (Error::Server { status: 409, .. }
+            | Error::PermissionDenied { .. }
+            | Error::QuotaExceeded { .. }),
+        ) => {
             eprintln!("turnstile: {e}");
             Ok(EXIT_REFUSED)
         }
@@ -104,7 +108,7 @@ fn print_members(m: &Members) {
 pub async fn snapshot(args: &ClientArgs) -> anyhow::Result<i32> {
     let mut code = 0;
     for endpoint in &args.endpoints {
-        let client = Client::new(vec![endpoint.clone()])?;
+        let client = args.client_for(vec![endpoint.clone()])?;
         match client.snapshot().await {
             Ok(s) if args.json => print_json(&s)?,
             Ok(s) => println!(

@@ -5,6 +5,7 @@
 //! (cluster unreachable, bad arguments), 3 outcome unknown (`indeterminate`).
 
 use std::io::Write;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -12,7 +13,8 @@ use clap::{Args, Subcommand};
 use futures::StreamExt;
 use serde::Serialize;
 use turnstile_client::{
-    Client, Condition, DeleteOptions, Error, Fence, LockInfo, PutOptions, WatchEvent, WatchOptions,
+    Client, ClientConfig, Condition, DeleteOptions, Error, Fence, LockInfo, PutOptions, Security,
+    WatchEvent, WatchOptions,
 };
 
 use crate::duration_arg;
@@ -25,9 +27,10 @@ pub const EXIT_REFUSED: i32 = 1;
 pub const EXIT_INDETERMINATE: i32 = 3;
 
 /// Client options shared by every client command.
-#[derive(Args, Debug, Clone)]
+#[derive(Args, Clone)]
 pub struct ClientArgs {
-    /// Cluster nodes to talk to (any node answers; the others are tried when one fails).
+    /// Cluster nodes to talk to (any node answers; the others are tried when one fails):
+    /// ip:port, http://h:p or https://h:p. With --cacert, ip:port means https.
     #[arg(
         long,
         global = true,
@@ -39,11 +42,85 @@ pub struct ClientArgs {
     /// Print JSON (for scripts) instead of human-readable text.
     #[arg(long, global = true)]
     pub json: bool,
+    /// The cluster's CA certificate (PEM): turns TLS on and is the only CA trusted.
+    #[arg(long, global = true, env = "TURNSTILE_CACERT", value_name = "FILE")]
+    pub cacert: Option<PathBuf>,
+    /// Client certificate (PEM) to authenticate with; its CN is the principal. Needs --key.
+    /// Given before the command (not global: `watch --key` and `kv put KEY` are taken).
+    #[arg(
+        long = "cert",
+        id = "client_cert",
+        env = "TURNSTILE_CERT",
+        value_name = "FILE",
+        requires = "client_key"
+    )]
+    pub cert: Option<PathBuf>,
+    /// Private key (PEM) of --cert. Given before the command.
+    #[arg(
+        long = "key",
+        id = "client_key",
+        env = "TURNSTILE_KEY",
+        value_name = "FILE",
+        requires = "client_cert"
+    )]
+    pub key: Option<PathBuf>,
+    /// Bearer token to authenticate with (from `turnstile auth token create`). Read from
+    /// TURNSTILE_AUTH_TOKEN, not TURNSTILE_TOKEN: `turnstile lock` gives its command the
+    /// fencing token under that name.
+    #[arg(
+        long,
+        global = true,
+        env = "TURNSTILE_AUTH_TOKEN",
+        hide_env_values = true,
+        value_name = "TOKEN"
+    )]
+    pub token: Option<String>,
+}
+
+/// The token never reaches a log or a panic message.
+impl std::fmt::Debug for ClientArgs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientArgs")
+            .field("endpoints", &self.endpoints)
+            .field("json", &self.json)
+            .field("cacert", &self.cacert)
+            .field("cert", &self.cert)
+            .field("key", &self.key)
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
 }
 
 impl ClientArgs {
+    /// A client for every endpoint in --endpoints.
     pub fn client(&self) -> anyhow::Result<Client> {
-        Client::new(self.endpoints.clone()).context("invalid --endpoints")
+        self.client_for(self.endpoints.clone())
+    }
+
+    /// A client for these endpoints, with the TLS and credential flags.
+    pub fn client_for(&self, endpoints: Vec<String>) -> anyhow::Result<Client> {
+        let config = ClientConfig {
+            security: self.security()?,
+            ..ClientConfig::default()
+        };
+        Ok(Client::with_config(endpoints, config)?)
+    }
+
+    fn security(&self) -> anyhow::Result<Security> {
+        let mut security = Security::default();
+        if let Some(ca) = &self.cacert {
+            security = security.with_ca_file(ca)?;
+        }
+        match (&self.cert, &self.key) {
+            (Some(cert), Some(key)) => security = security.with_identity_files(cert, key)?,
+            (None, None) => {}
+            // clap's `requires` normally stops this first.
+            _ => anyhow::bail!("--cert and --key go together: give both or neither"),
+        }
+        if let Some(token) = &self.token {
+            security = security.with_token(token.clone());
+        }
+        Ok(security)
     }
 }
 
@@ -166,7 +243,9 @@ pub fn refused(e: Error) -> anyhow::Result<i32> {
         | Error::Fenced { .. }
         | Error::CompareFailed { .. }
         | Error::RequestIdReused { .. }
-        | Error::CounterOverflow { .. } => {
+        | Error::CounterOverflow { .. }
+        | Error::PermissionDenied { .. }
+        | Error::QuotaExceeded { .. } => {
             eprintln!("turnstile: {e}");
             Ok(EXIT_REFUSED)
         }
@@ -300,6 +379,11 @@ pub async fn locks(args: &ClientArgs, name: &str) -> anyhow::Result<i32> {
     Ok(0)
 }
 
+/// A lease id or token, or `-` where the cluster hides another principal's.
+fn shown(id: Option<u64>) -> String {
+    id.map_or_else(|| "-".into(), |id| id.to_string())
+}
+
 fn print_lock(info: &LockInfo) {
     if info.holders.is_empty() && info.waiters.is_empty() {
         println!("{}: free", info.name);
@@ -310,7 +394,10 @@ fn print_lock(info: &LockInfo) {
     for h in &info.holders {
         println!(
             "    lease {:<8} token {:<8} {:<9} since {} ms",
-            h.lease_id, h.token, h.mode, h.since_ms
+            shown(h.lease_id),
+            shown(h.token),
+            h.mode,
+            h.since_ms
         );
     }
     println!("  waiters ({}):", info.waiters.len());
@@ -318,7 +405,7 @@ fn print_lock(info: &LockInfo) {
         println!(
             "    {:>3}. lease {:<8} {:<9} since {} ms",
             i + 1,
-            w.lease_id,
+            shown(w.lease_id),
             w.mode,
             w.since_ms
         );
@@ -406,4 +493,54 @@ pub async fn status(args: &ClientArgs) -> anyhow::Result<i32> {
         println!("  {:<4} {:<22} {role}{leader}", m.id, m.addr);
     }
     Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser, Debug)]
+    struct Cli {
+        #[command(flatten)]
+        client: ClientArgs,
+    }
+
+    #[test]
+    fn cert_and_key_go_together() {
+        for lone in [["--cert", "c.pem"], ["--key", "k.pem"]] {
+            let parsed = Cli::try_parse_from(std::iter::once("turnstile").chain(lone));
+            let err = parsed
+                .map(|_| ())
+                .expect_err("a lone --cert or --key is refused");
+            assert_eq!(err.kind(), clap::error::ErrorKind::MissingRequiredArgument);
+        }
+        let both = ["turnstile", "--cert", "c.pem", "--key", "k.pem"];
+        let cli = Cli::try_parse_from(both).map_err(|e| e.to_string());
+        assert!(cli.is_ok(), "{cli:?}");
+    }
+
+    #[test]
+    fn flags_reach_the_client() {
+        let argv = [
+            "turnstile",
+            "--endpoints",
+            "https://10.0.0.1:7001,10.0.0.2:7002",
+            "--token",
+            "s3cret",
+        ];
+        let cli = Cli::try_parse_from(argv).map_err(|e| e.to_string());
+        let Ok(cli) = cli else {
+            panic!("{cli:?}");
+        };
+        assert!(!format!("{cli:?}").contains("s3cret"));
+        // https without --cacert: refused before anything is sent, naming the missing flag.
+        let err = cli.client.client().map(|_| ()).expect_err("no CA");
+        assert!(err.to_string().contains("--cacert"), "{err:#}");
+        // A token over plain HTTP to another host: refused.
+        let mut plain = cli.client.clone();
+        plain.endpoints = vec!["10.0.0.1:7001".into()];
+        let err = plain.client().map(|_| ()).expect_err("token over http");
+        assert!(err.to_string().contains("plain HTTP"), "{err:#}");
+    }
 }

@@ -11,6 +11,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use turnstile_server::config::ServeArgs;
 
 mod admin_cmd;
+mod auth_cmd;
 mod certs_cmd;
 mod client_cmd;
 mod dev;
@@ -74,6 +75,9 @@ enum Cmd {
     Backup(admin_cmd::BackupArgs),
     /// Seed a new node's empty data dir from a backup, for a new cluster (offline).
     Restore(admin_cmd::RestoreArgs),
+    /// Manage roles, users and tokens (root), or show who you are (whoami).
+    #[command(subcommand)]
+    Auth(auth_cmd::AuthCmd),
 }
 
 fn init_logging(format: LogFormat) {
@@ -107,6 +111,7 @@ async fn main() -> anyhow::Result<()> {
         Cmd::Snapshot => admin_cmd::snapshot(client).await,
         Cmd::Backup(args) => admin_cmd::backup(client, args).await,
         Cmd::Restore(args) => admin_cmd::restore(client.json, args).await,
+        Cmd::Auth(cmd) => auth_cmd::run(client, cmd).await,
     };
     // Client commands report failures in one line, and exit with their own codes.
     let code = result.unwrap_or_else(|e| {
@@ -129,4 +134,46 @@ fn dev_addr(base_port: u16, i: u16) -> SocketAddr {
 /// Default data dir of `turnstile dev`.
 fn dev_data_dir() -> PathBuf {
     PathBuf::from("turnstile-data")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    /// The client flags sit beside every subcommand's own: `--key` (the client key, before
+    /// the command) must not collide with `watch --key` or `kv put KEY`.
+    #[test]
+    fn client_flags_do_not_collide_with_subcommands() {
+        Cli::command().debug_assert();
+        let argv = [
+            "turnstile",
+            "--cert",
+            "c.pem",
+            "--key",
+            "k.pem",
+            "watch",
+            "--key",
+            "a",
+        ];
+        let cli = Cli::try_parse_from(argv).map_err(|e| e.to_string());
+        assert!(
+            matches!(&cli, Ok(c) if c.client.key.is_some() && matches!(c.command, Cmd::Watch(_))),
+            "{:?}",
+            cli.err()
+        );
+        let put = [
+            "turnstile",
+            "--cert",
+            "c",
+            "--key",
+            "k",
+            "kv",
+            "put",
+            "a",
+            "b",
+        ];
+        assert!(Cli::try_parse_from(put).is_ok());
+        assert!(Cli::try_parse_from(["turnstile", "--cert", "c", "status"]).is_err());
+    }
 }

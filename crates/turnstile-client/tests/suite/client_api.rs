@@ -33,7 +33,7 @@ async fn acquire_release_and_typed_refusals() -> anyhow::Result<()> {
     assert!(g.cluster_id.is_some(), "{g:?}");
     let info = client.locks("job").await?;
     assert_eq!(info.holders.len(), 1);
-    assert_eq!(info.holders[0].token, g.token);
+    assert_eq!(info.holders[0].token, Some(g.token));
 
     match client.acquire("job", try_acquire(b.lease_id)).await {
         Err(Error::LockHeld { current_token, .. }) => assert_eq!(current_token, Some(g.token)),
@@ -117,7 +117,7 @@ async fn resending_the_same_request_acquires_once() -> anyhow::Result<()> {
     assert_eq!(first, again, "a resend must return the first outcome");
     let info = client.locks("once").await?;
     assert_eq!(info.holders.len(), 1);
-    assert_eq!(info.holders[0].token, first.token);
+    assert_eq!(info.holders[0].token, Some(first.token));
     match client.acquire("once", try_acquire(lease.lease_id)).await {
         Err(Error::LockHeld { current_token, .. }) => assert_eq!(current_token, Some(first.token)),
         other => panic!("a fresh request must be refused, got {other:?}"),
@@ -164,7 +164,8 @@ async fn a_lost_answer_is_indeterminate_and_resolved_by_resending() -> anyhow::R
     assert_eq!(holder.len(), 1, "the lost-answer acquire was applied");
     let grant = direct.send(&acquire).await?;
     assert_eq!(
-        grant.token, holder[0].token,
+        Some(grant.token),
+        holder[0].token,
         "the resend returns the first grant"
     );
 

@@ -39,7 +39,7 @@ async fn a_blocking_acquire_is_granted_on_release() -> anyhow::Result<()> {
         (info.waiters.len() == 1).then_some(info)
     })
     .await?;
-    assert_eq!(queued.waiters[0].lease_id, second.lease_id());
+    assert_eq!(queued.waiters[0].lease_id, Some(second.lease_id()));
     let held_token = held.token();
     held.release().await?;
     let granted = waiting.await??;
@@ -73,7 +73,7 @@ async fn acquire_many_and_shared_holders() -> anyhow::Result<()> {
     assert_eq!(multi.tokens.len(), 2);
     let token = multi.tokens["m1"];
     assert_eq!(multi.tokens["m2"], token, "one entry grants both");
-    assert_eq!(client.locks("m2").await?.holders[0].token, token);
+    assert_eq!(client.locks("m2").await?.holders[0].token, Some(token));
 
     let shared = LockOptions {
         mode: Mode::Shared,

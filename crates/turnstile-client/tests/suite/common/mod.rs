@@ -112,6 +112,7 @@ pub fn client(endpoints: Vec<String>, request_timeout: Duration) -> anyhow::Resu
             request_timeout,
             retry_budget: Duration::from_secs(15),
             connect_timeout: Duration::from_millis(500),
+            ..ClientConfig::default()
         },
     )?)
 }
