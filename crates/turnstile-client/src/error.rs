@@ -90,17 +90,20 @@ pub enum Error {
     /// The session's lease is gone or no longer trusted (see [`crate::LostReason`]).
     #[error("session lost: {reason}")]
     SessionLost { reason: crate::LostReason },
+    /// (The server's `message` of these three already starts with what happened, e.g.
+    /// "permission denied: ...", so it is shown as it is.)
+    ///
     /// `401 unauthenticated`: no credential, or one the cluster does not accept (unknown,
     /// revoked or expired token; a certificate of another CA is a [`Error::Tls`] instead).
     /// Final: resending cannot help.
-    #[error("unauthenticated: {message}")]
+    #[error("{message}")]
     Unauthenticated { message: String },
     /// `403 permission_denied`: the principal lacks a permission; `message` names it. Final.
-    #[error("permission denied: {message}")]
+    #[error("{message}")]
     PermissionDenied { message: String },
     /// `429 quota_exceeded`: this principal is at one of its quotas; `message` names it. Final
     /// (not a rate limit: waiting does not help until the principal frees something).
-    #[error("quota exceeded: {message}")]
+    #[error("{message}")]
     QuotaExceeded { message: String },
     /// The TLS handshake with `endpoint` failed (an unknown CA, a name mismatch, a client
     /// certificate refused). Final: it fails the same way until the configuration changes.
