@@ -157,7 +157,9 @@ async fn serve(
 ) -> Result<Response, ApiError> {
     let headers = req.headers();
     // Root, or a principal with a role that has `"metrics": true` (`crate::auth`).
-    let caller = crate::auth::authenticate(&app, headers, req.extensions()).await?;
+    let caller = crate::auth::authenticate(&app, headers, req.extensions())
+        .await
+        .inspect_err(|e| app.denials.client(METRICS_PATH, None, &e.to_string()))?;
     if let Some(principal) = caller.principal() {
         if !app.sm.read().state.auth.may_read_metrics(principal) {
             let reason = format!("{principal} has no role with \"metrics\": true");
