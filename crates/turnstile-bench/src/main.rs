@@ -8,6 +8,7 @@
 //! - `plan`: command line, `Plan`, `SoakPlan`, every named limit of the harness;
 //! - `node_process`, `scratch_dir`: server processes and directories cleaned up on drop;
 //! - `turnstile_cluster`, `etcd_cluster`, `cluster`: starting, inspecting and killing nodes;
+//! - `cluster_certs`: the CA and certificates of a TLS cluster (`--transport tls`);
 //! - `turnstile_api`, `etcd_api`, `client`, `sse`: the requests the workloads make;
 //! - `workloads`: W1..W7; `tally`, `measure`: histograms and figures;
 //! - `limit`: the sequential-commit limit (fdatasync and loopback round trip);
@@ -16,6 +17,7 @@
 
 mod client;
 mod cluster;
+mod cluster_certs;
 mod etcd_api;
 mod etcd_cluster;
 mod limit;
