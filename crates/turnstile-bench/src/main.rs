@@ -63,7 +63,8 @@ fn write_outputs(out: &Path, md: &str, json: &str) -> anyhow::Result<()> {
 
 /// What the command line asks for.
 enum Mode {
-    Compare(Plan),
+    /// Boxed: a `Plan` is several times a `SoakPlan`'s size.
+    Compare(Box<Plan>),
     Soak(SoakPlan),
 }
 
@@ -71,7 +72,7 @@ impl Mode {
     fn from_args(mut args: Args) -> anyhow::Result<Mode> {
         match args.command.take() {
             Some(Command::Soak(soak)) => Ok(Mode::Soak(SoakPlan::from_args(soak)?)),
-            None => Ok(Mode::Compare(Plan::from_args(args)?)),
+            None => Ok(Mode::Compare(Box::new(Plan::from_args(args)?))),
         }
     }
 }
