@@ -5,9 +5,10 @@
 use std::path::{Path, PathBuf};
 
 use crate::client::Client;
+use crate::cluster_certs::ClusterCerts;
 use crate::etcd_api::EtcdApi;
 use crate::etcd_cluster::EtcdCluster;
-use crate::plan::{Plan, System, ETCD_CONNECTIONS_MIN, ETCD_WORKERS_PER_CONNECTION_MAX};
+use crate::plan::{Plan, System, Transport, ETCD_CONNECTIONS_MIN, ETCD_WORKERS_PER_CONNECTION_MAX};
 use crate::scratch_dir::ScratchDir;
 use crate::turnstile_api::TurnstileApi;
 use crate::turnstile_cluster::TurnstileCluster;
@@ -55,19 +56,38 @@ pub enum Cluster {
 }
 
 impl Cluster {
-    /// Starts a fresh cluster of `system` in a new directory named after `tag`.
+    /// Starts a fresh cluster of `system` in a new directory named after `tag`. With
+    /// [`Transport::Tls`], a new CA and its certificates are made in that directory first
+    /// (with the `turnstile` binary, for either system).
     pub async fn start(
         system: System,
+        transport: Transport,
         plan: &Plan,
         dirs: &mut RunDirs,
         tag: &str,
     ) -> anyhow::Result<Cluster> {
-        let dir = dirs.next(&format!("{}-{tag}", system.name()))?;
+        let dir = dirs.next(&format!("{}-{}-{tag}", system.name(), transport.name()))?;
+        let certs = match transport {
+            Transport::Plain => None,
+            Transport::Tls => {
+                let certs_dir = dir.path().join("certs");
+                let nodes = match system {
+                    System::Turnstile => crate::turnstile_cluster::NODES,
+                    System::Etcd => crate::etcd_cluster::NODES,
+                };
+                Some(ClusterCerts::create(
+                    &plan.turnstile_bin,
+                    &certs_dir,
+                    nodes,
+                )?)
+            }
+        };
+        let certs = certs.as_ref();
         Ok(match system {
             System::Turnstile => {
-                Cluster::Turnstile(TurnstileCluster::start(&plan.turnstile_bin, dir).await?)
+                Cluster::Turnstile(TurnstileCluster::start(&plan.turnstile_bin, dir, certs).await?)
             }
-            System::Etcd => Cluster::Etcd(EtcdCluster::start(&plan.etcd_bin, dir).await?),
+            System::Etcd => Cluster::Etcd(EtcdCluster::start(&plan.etcd_bin, dir, certs).await?),
         })
     }
 

@@ -1,14 +1,17 @@
 //! `EtcdApi`: the etcd v3 calls the workloads make, through the `etcd-client` crate: leases,
 //! etcd's own lock service (v3lock `Lock`/`Unlock` with a lease), a compare-and-set
-//! transaction, puts and watches. Cloning shares the underlying HTTP/2 connection.
+//! transaction, puts and watches. Cloning shares the underlying HTTP/2 connection, which is
+//! plain or TLS with a client certificate (`EtcdTls`).
 
 use std::time::Duration;
 
 use anyhow::{bail, Context};
 use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, LeaseKeepAliveStream, LeaseKeeper, LockOptions,
-    Txn, TxnOp, WatchStream,
+    Certificate, Client, Compare, CompareOp, ConnectOptions, Identity, LeaseKeepAliveStream,
+    LeaseKeeper, LockOptions, TlsOptions, Txn, TxnOp, WatchStream,
 };
+
+use crate::cluster_certs::ClusterCerts;
 
 use crate::plan::REQUEST_MS_MAX;
 
@@ -33,12 +36,32 @@ pub struct EtcdStatus {
     pub raft_applied_index: u64,
 }
 
+/// TLS settings of the client connections to a TLS cluster: only the cluster's CA is trusted
+/// (tonic is built without native or webpki roots), and the client certificate is presented
+/// for etcd's `--client-cert-auth`. rustls runs on ring (etcd-client's `tls-ring`).
+#[derive(Clone, Debug)]
+pub struct EtcdTls(TlsOptions);
+
+impl EtcdTls {
+    pub fn from_certs(certs: &ClusterCerts) -> anyhow::Result<EtcdTls> {
+        let (cert, key) = certs.client_pem()?;
+        Ok(EtcdTls(
+            TlsOptions::new()
+                .ca_certificate(Certificate::from_pem(certs.ca_pem()?))
+                .identity(Identity::from_pem(cert, key)),
+        ))
+    }
+}
+
 impl EtcdApi {
-    /// Connects to the given endpoints (`http://127.0.0.1:port`).
-    pub async fn connect(endpoints: &[String]) -> anyhow::Result<EtcdApi> {
-        let options = ConnectOptions::new()
+    /// Connects to the given endpoints (`http://127.0.0.1:port`, or `https://` with `tls`).
+    pub async fn connect(endpoints: &[String], tls: Option<&EtcdTls>) -> anyhow::Result<EtcdApi> {
+        let mut options = ConnectOptions::new()
             .with_connect_timeout(Duration::from_secs(2))
             .with_timeout(Duration::from_millis(REQUEST_MS_MAX));
+        if let Some(tls) = tls {
+            options = options.with_tls(tls.0.clone());
+        }
         let client = Client::connect(endpoints, Some(options))
             .await
             .with_context(|| format!("cannot connect to etcd at {endpoints:?}"))?;

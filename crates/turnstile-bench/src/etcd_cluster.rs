@@ -1,5 +1,7 @@
 //! `EtcdCluster`: three `etcd` processes (Debian's etcd-server 3.4) on loopback with default
 //! timings, static bootstrap with `--initial-cluster`, data dirs and logs in one `ScratchDir`.
+//! With `ClusterCerts`, clients and peers use TLS and both must present a certificate signed
+//! by the cluster CA (`--client-cert-auth`, `--peer-client-cert-auth`).
 //! Start waits until every member reports the same leader; drop kills the members, then
 //! removes the directory.
 
@@ -8,7 +10,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 
-use crate::etcd_api::{EtcdApi, EtcdStatus};
+use crate::cluster_certs::ClusterCerts;
+use crate::etcd_api::{EtcdApi, EtcdStatus, EtcdTls};
 use crate::node_process::{free_ports, NodeProcess};
 use crate::plan::CLUSTER_START_MS_MAX;
 use crate::scratch_dir::ScratchDir;
@@ -23,21 +26,52 @@ const POLL_MS: u64 = 50;
 pub struct EtcdCluster {
     nodes: Vec<NodeProcess>,
     client_urls: Vec<String>,
+    tls: Option<EtcdTls>,
     /// One connection per member, for status polls.
     admin: Vec<Option<EtcdApi>>,
     _dir: ScratchDir,
 }
 
+/// `https` with TLS, else `http`.
+fn scheme(certs: Option<&ClusterCerts>) -> &'static str {
+    if certs.is_some() {
+        "https"
+    } else {
+        "http"
+    }
+}
+
+/// What member `i` (1-based) serves with and trusts when the cluster runs TLS: its node
+/// certificate for clients and peers alike, and the cluster CA for both directions.
+fn tls_args(i: usize, certs: &ClusterCerts) -> Vec<String> {
+    let node = certs.node(i);
+    let (cert, key, ca) = (
+        node.cert.display().to_string(),
+        node.key.display().to_string(),
+        certs.ca().display().to_string(),
+    );
+    vec![
+        format!("--cert-file={cert}"),
+        format!("--key-file={key}"),
+        format!("--trusted-ca-file={ca}"),
+        "--client-cert-auth".into(),
+        format!("--peer-cert-file={cert}"),
+        format!("--peer-key-file={key}"),
+        format!("--peer-trusted-ca-file={ca}"),
+        "--peer-client-cert-auth".into(),
+    ]
+}
+
 fn etcd_args(
     i: usize,
     dir: &Path,
-    client: u16,
-    peer: u16,
+    (client, peer): (u16, u16),
     initial: &str,
     token: &str,
+    certs: Option<&ClusterCerts>,
 ) -> Vec<String> {
-    let url = |p: u16| format!("http://127.0.0.1:{p}");
-    vec![
+    let url = |p: u16| format!("{}://127.0.0.1:{p}", scheme(certs));
+    let mut args = vec![
         format!("--name=e{i}"),
         format!("--data-dir={}", dir.join(format!("e{i}.etcd")).display()),
         format!("--listen-client-urls={}", url(client)),
@@ -50,18 +84,28 @@ fn etcd_args(
         "--logger=zap".into(),
         "--log-outputs=stderr".into(),
         "--log-level=warn".into(),
-    ]
+    ];
+    if let Some(certs) = certs {
+        args.extend(tls_args(i, certs));
+    }
+    args
 }
 
 impl EtcdCluster {
-    /// Starts three members forming a new cluster and waits until they agree on a leader.
-    pub async fn start(bin: &Path, dir: ScratchDir) -> anyhow::Result<EtcdCluster> {
+    /// Starts three members forming a new cluster and waits until they agree on a leader; with
+    /// `certs`, over TLS with client certificates required.
+    pub async fn start(
+        bin: &Path,
+        dir: ScratchDir,
+        certs: Option<&ClusterCerts>,
+    ) -> anyhow::Result<EtcdCluster> {
         let ports = free_ports(2 * NODES)?;
         let (clients, peers) = ports.split_at(NODES);
+        let scheme = scheme(certs);
         let initial: Vec<String> = peers
             .iter()
             .enumerate()
-            .map(|(i, p)| format!("e{}=http://127.0.0.1:{p}", i + 1))
+            .map(|(i, p)| format!("e{}={scheme}://127.0.0.1:{p}", i + 1))
             .collect();
         let initial = initial.join(",");
         let token = dir
@@ -71,7 +115,8 @@ impl EtcdCluster {
             .unwrap_or_else(|| "turnstile-bench".into());
         let mut nodes = Vec::new();
         for i in 0..NODES {
-            let args = etcd_args(i + 1, dir.path(), clients[i], peers[i], &initial, &token);
+            let ports = (clients[i], peers[i]);
+            let args = etcd_args(i + 1, dir.path(), ports, &initial, &token, certs);
             let log = dir.path().join(format!("etcd-{}.log", i + 1));
             let name = format!("etcd member {}", i + 1);
             nodes.push(NodeProcess::spawn(&name, bin, &args, &[], &["ETCD"], &log)?);
@@ -80,8 +125,9 @@ impl EtcdCluster {
             nodes,
             client_urls: clients
                 .iter()
-                .map(|p| format!("http://127.0.0.1:{p}"))
+                .map(|p| format!("{scheme}://127.0.0.1:{p}"))
                 .collect(),
+            tls: certs.map(EtcdTls::from_certs).transpose()?,
             admin: (0..NODES).map(|_| None).collect(),
             _dir: dir,
         };
@@ -118,7 +164,7 @@ impl EtcdCluster {
 
     /// A new connection to one member.
     pub async fn api(&self, node: usize) -> anyhow::Result<EtcdApi> {
-        EtcdApi::connect(&[self.client_urls[node].clone()]).await
+        EtcdApi::connect(&[self.client_urls[node].clone()], self.tls.as_ref()).await
     }
 
     async fn status(&mut self, node: usize) -> anyhow::Result<EtcdStatus> {

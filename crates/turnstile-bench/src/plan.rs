@@ -32,6 +32,10 @@ pub const W6_CLIENTS: usize = 64;
 pub const W5_WRITE_INTERVAL_MS: u64 = 25;
 /// How long W5 watchers keep reading after the last write, for its deliveries to arrive.
 pub const W5_DRAIN_MS: u64 = 2_000;
+/// Most W1 points `--w1-clients` may name.
+pub const W1_POINTS_MAX: usize = 8;
+/// Most clients one W1 point may have: each is a task, a lease and a lock.
+pub const W1_CLIENTS_MAX: usize = 1_000;
 /// Size of W4's values, in bytes.
 pub const W4_VALUE_BYTES: usize = 100;
 /// Requests in flight while setting up (granting leases, opening watches).
@@ -98,6 +102,26 @@ impl System {
     }
 }
 
+/// How clients and peers talk in a run's clusters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Transport {
+    /// Plain HTTP (Turnstile) and plain gRPC (etcd), no authentication: the default.
+    Plain,
+    /// TLS for clients and peers with client certificates checked by both systems: a CA per
+    /// cluster, Turnstile with `--tls-*` (auth on; clients present `root`'s certificate), etcd
+    /// with `--client-cert-auth` and `--peer-client-cert-auth`.
+    Tls,
+}
+
+impl Transport {
+    pub fn name(self) -> &'static str {
+        match self {
+            Transport::Plain => "plain",
+            Transport::Tls => "tls",
+        }
+    }
+}
+
 /// The workloads of issue 5.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Workload {
@@ -151,6 +175,13 @@ pub struct Args {
     /// Workloads to run, comma-separated: w1..w7, or all.
     #[arg(long, default_value = "all")]
     pub workloads: String,
+    /// Transports, comma-separated: plain, tls (TLS with client certificates on both
+    /// systems). Each workload runs on each transport, side by side.
+    #[arg(long, default_value = "plain")]
+    pub transport: String,
+    /// W1's client counts, comma-separated (default 1,16,64, or 1,16 with --quick).
+    #[arg(long)]
+    pub w1_clients: Option<String>,
     /// Seconds per measurement (default 10, or 0.5 with --quick).
     #[arg(long)]
     pub duration_s: Option<f64>,
@@ -259,6 +290,7 @@ impl SoakPlan {
 pub struct Plan {
     pub systems: Vec<System>,
     pub workloads: Vec<Workload>,
+    pub transports: Vec<Transport>,
     pub quick: bool,
     pub duration: Duration,
     /// Time W2 lets its waiters queue up before the window opens.
@@ -284,6 +316,13 @@ impl Plan {
     pub fn from_args(args: Args) -> anyhow::Result<Plan> {
         let systems = parse_systems(&args.systems)?;
         let workloads = parse_workloads(&args.workloads)?;
+        let transports = parse_transports(&args.transport)?;
+        let q = args.quick;
+        let w1_clients = match &args.w1_clients {
+            Some(list) => parse_w1_clients(list)?,
+            None if q => vec![1, 16],
+            None => vec![1, 16, 64],
+        };
         let duration_s = args.duration_s.unwrap_or(if args.quick {
             DURATION_S_QUICK
         } else {
@@ -297,14 +336,14 @@ impl Plan {
             None => default_turnstile_bin()?,
         };
         let work_dir = args.work_dir.unwrap_or_else(std::env::temp_dir);
-        let q = args.quick;
         Ok(Plan {
             systems,
             workloads,
+            transports,
             quick: q,
             duration: Duration::from_secs_f64(duration_s),
             w2_warmup: Duration::from_millis(if q { 200 } else { 2_000 }),
-            w1_clients: if q { vec![1, 16] } else { vec![1, 16, 64] },
+            w1_clients,
             w2_waiters: if q { vec![16] } else { vec![16, 100, 1_000] },
             w3_clients: if q { 8 } else { 64 },
             w4_clients: if q { 8 } else { 64 },
@@ -350,6 +389,45 @@ fn parse_systems(s: &str) -> anyhow::Result<Vec<System>> {
     Ok(out)
 }
 
+fn parse_transports(s: &str) -> anyhow::Result<Vec<Transport>> {
+    let mut out = Vec::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let t = match part.to_ascii_lowercase().as_str() {
+            "plain" => Transport::Plain,
+            "tls" => Transport::Tls,
+            other => bail!("unknown transport {other:?} in --transport (plain, tls)"),
+        };
+        if !out.contains(&t) {
+            out.push(t);
+        }
+    }
+    if out.is_empty() {
+        bail!("--transport names no transport");
+    }
+    out.sort();
+    Ok(out)
+}
+
+fn parse_w1_clients(s: &str) -> anyhow::Result<Vec<usize>> {
+    let mut out = Vec::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let n: usize = part
+            .parse()
+            .with_context(|| format!("--w1-clients: {part:?} is not a count"))?;
+        if !(1..=W1_CLIENTS_MAX).contains(&n) {
+            bail!("--w1-clients: each count must be within 1..={W1_CLIENTS_MAX}");
+        }
+        if !out.contains(&n) {
+            out.push(n);
+        }
+    }
+    if out.is_empty() || out.len() > W1_POINTS_MAX {
+        bail!("--w1-clients names 1 to {W1_POINTS_MAX} counts");
+    }
+    out.sort_unstable();
+    Ok(out)
+}
+
 fn parse_workloads(s: &str) -> anyhow::Result<Vec<Workload>> {
     let mut out = Vec::new();
     for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
@@ -391,6 +469,22 @@ mod tests {
         );
         assert_eq!(parse_workloads("all").expect("valid").len(), 7);
         assert!(parse_workloads("w8").is_err());
+    }
+
+    #[test]
+    fn transports_and_w1_clients_parse_bounded() {
+        assert_eq!(
+            parse_transports("tls,plain,tls").expect("valid"),
+            vec![Transport::Plain, Transport::Tls]
+        );
+        assert!(parse_transports("ssl").is_err());
+        assert!(parse_transports("").is_err());
+        assert_eq!(parse_w1_clients("64").expect("valid"), vec![64]);
+        assert_eq!(parse_w1_clients("16, 1,16").expect("valid"), vec![1, 16]);
+        assert!(parse_w1_clients("0").is_err());
+        assert!(parse_w1_clients("1001").is_err());
+        assert!(parse_w1_clients("x").is_err());
+        assert!(parse_w1_clients("1,2,3,4,5,6,7,8,9").is_err());
     }
 
     #[test]

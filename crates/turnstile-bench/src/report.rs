@@ -1,13 +1,14 @@
 //! `Report`: every figure of the run, merged into side-by-side rows (Turnstile, etcd, ratio
-//! Turnstile / etcd), rendered as a Markdown document (also printed) and as JSON.
+//! Turnstile / etcd; one row per transport), plus the cost of TLS (TLS / plain) when a run has
+//! both, rendered as a Markdown document (also printed) and as JSON.
 
 use std::fmt::Write as _;
 
 use crate::limit::Limit;
 use crate::machine::Machine;
 use crate::measure::{Better, Measure};
-use crate::plan::{Plan, System};
-use crate::workloads::LogRow;
+use crate::plan::{Plan, System, Transport};
+use crate::workloads::{LogRow, Outcome};
 
 /// How the run was set up.
 #[derive(Clone, Debug, serde::Serialize)]
@@ -17,12 +18,14 @@ pub struct Settings {
     pub duration_s: f64,
     pub systems: Vec<&'static str>,
     pub workloads: Vec<&'static str>,
+    pub transports: Vec<&'static str>,
 }
 
 /// One figure with the system it belongs to.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct Entry {
     pub system: &'static str,
+    pub transport: &'static str,
     #[serde(flatten)]
     pub measure: Measure,
 }
@@ -39,6 +42,7 @@ pub struct Cell {
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct Row {
     pub workload: &'static str,
+    pub transport: &'static str,
     pub label: String,
     pub unit: &'static str,
     pub better: Better,
@@ -53,6 +57,7 @@ pub struct Row {
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct Failure {
     pub system: &'static str,
+    pub transport: &'static str,
     pub workload: &'static str,
     pub error: String,
 }
@@ -81,6 +86,7 @@ impl Report {
                 duration_s: plan.duration.as_secs_f64(),
                 systems: plan.systems.iter().map(|s| s.name()).collect(),
                 workloads: plan.workloads.iter().map(|w| w.name()).collect(),
+                transports: plan.transports.iter().map(|t| t.name()).collect(),
             },
             machine,
             limit,
@@ -93,19 +99,33 @@ impl Report {
         }
     }
 
-    pub fn add(&mut self, system: System, measures: Vec<Measure>, log_rows: Vec<LogRow>) {
+    pub fn add(&mut self, system: System, transport: Transport, outcome: Outcome) {
         self.entries
-            .extend(measures.into_iter().map(|measure| Entry {
+            .extend(outcome.measures.into_iter().map(|measure| Entry {
                 system: system.name(),
+                transport: transport.name(),
                 measure,
             }));
-        self.log_rows.extend(log_rows);
+        self.log_rows
+            .extend(outcome.log_rows.into_iter().map(|mut r| {
+                if transport != Transport::Plain {
+                    r.measurement = format!("{} ({})", r.measurement, transport.name());
+                }
+                r
+            }));
         self.rows = rows(&self.entries);
     }
 
-    pub fn fail(&mut self, system: System, workload: &'static str, error: &anyhow::Error) {
+    pub fn fail(
+        &mut self,
+        system: System,
+        transport: Transport,
+        workload: &'static str,
+        error: &anyhow::Error,
+    ) {
         self.failures.push(Failure {
             system: system.name(),
+            transport: transport.name(),
             workload,
             error: format!("{error:#}"),
         });
@@ -138,6 +158,7 @@ impl Report {
         }
         s.push_str(&limit_section(&self.limit));
         s.push_str(&table(&self.rows));
+        s.push_str(&tls_cost_table(&self.rows));
         s.push_str(&log_table(&self.log_rows));
         s.push_str(&self.errors_section());
         s
@@ -145,24 +166,28 @@ impl Report {
 
     fn errors_section(&self) -> String {
         let mut s = String::new();
-        let mut seen: Vec<(&str, &str, &str)> = Vec::new();
+        let mut seen: Vec<(&str, &str, &str, &str)> = Vec::new();
         for e in &self.entries {
             let Some(first) = e.measure.first_error.as_deref() else {
                 continue;
             };
-            let key = (e.system, e.measure.workload, first);
+            let key = (e.system, e.transport, e.measure.workload, first);
             if seen.contains(&key) {
                 continue;
             }
             seen.push(key);
             let _ = writeln!(
                 s,
-                "- {} {} ({}): {} errors; first: {}",
-                e.system, e.measure.workload, e.measure.label, e.measure.errors, first
+                "- {} ({}) {} ({}): {} errors; first: {}",
+                e.system, e.transport, e.measure.workload, e.measure.label, e.measure.errors, first
             );
         }
         for f in &self.failures {
-            let _ = writeln!(s, "- {} {} FAILED: {}", f.system, f.workload, f.error);
+            let _ = writeln!(
+                s,
+                "- {} ({}) {} FAILED: {}",
+                f.system, f.transport, f.workload, f.error
+            );
         }
         if s.is_empty() {
             return "\n## Errors\n\nNone.\n".into();
@@ -196,12 +221,13 @@ pub fn rows(entries: &[Entry]) -> Vec<Row> {
     let mut out: Vec<Row> = Vec::new();
     for e in entries {
         let m = &e.measure;
-        let pos = out
-            .iter()
-            .position(|r| r.workload == m.workload && r.label == m.label);
+        let pos = out.iter().position(|r| {
+            r.workload == m.workload && r.transport == e.transport && r.label == m.label
+        });
         let i = pos.unwrap_or_else(|| {
             out.push(Row {
                 workload: m.workload,
+                transport: e.transport,
                 label: m.label.clone(),
                 unit: m.unit,
                 better: m.better,
@@ -276,30 +302,93 @@ fn cell(c: Option<Cell>) -> String {
     }
 }
 
+/// A ratio as `1.23x`, or nothing.
+fn ratio(x: Option<f64>) -> String {
+    x.map_or_else(String::new, |x| format!("{}x", num(x)))
+}
+
+/// The results table; with a Transport column when any row is not plain.
 fn table(rows: &[Row]) -> String {
-    let mut s = String::from(
+    let by_transport = rows.iter().any(|r| r.transport != Transport::Plain.name());
+    let (head, rule) = if by_transport {
+        ("| Workload | Transport |", "|---|---|")
+    } else {
+        ("| Workload |", "|---|")
+    };
+    let mut s = format!(
         "\n## Results\n\nRatio is Turnstile / etcd: above 1 is better for rates, below 1 for \
          latencies and memory.\n\n\
-         | Workload | Figure | Unit | Turnstile | etcd | Turnstile / etcd | Note |\n\
-         |---|---|---|--:|--:|--:|---|\n",
+         {head} Figure | Unit | Turnstile | etcd | Turnstile / etcd | Note |\n\
+         {rule}---|---|--:|--:|--:|---|\n",
     );
     for r in rows {
-        let ratio = r
-            .ratio
-            .map_or_else(|| "".into(), |x| format!("{}x", num(x)));
+        let workload = if by_transport {
+            format!("{} | {}", r.workload, r.transport)
+        } else {
+            r.workload.to_string()
+        };
         let _ = writeln!(
             s,
             "| {} | {} | {} | {} | {} | {} | {} |",
-            r.workload,
+            workload,
             r.label,
             r.unit,
             cell(r.turnstile),
             cell(r.etcd),
-            ratio,
+            ratio(r.ratio),
             r.note
         );
     }
     s
+}
+
+/// TLS / plain of one system's cells, when both exist.
+fn tls_over_plain(tls: Option<Cell>, plain: Option<Cell>) -> Option<f64> {
+    match (tls, plain) {
+        (Some(t), Some(p)) if p.value != 0.0 => Some(t.value / p.value),
+        _ => None,
+    }
+}
+
+/// Every TLS row beside its plain row, with TLS / plain per system: what TLS and client
+/// authentication cost each system. Empty unless the run had both transports.
+fn tls_cost_table(rows: &[Row]) -> String {
+    let tls = Transport::Tls.name();
+    let plain = Transport::Plain.name();
+    let mut body = String::new();
+    for t in rows.iter().filter(|r| r.transport == tls) {
+        let Some(p) = rows
+            .iter()
+            .find(|p| p.transport == plain && p.workload == t.workload && p.label == t.label)
+        else {
+            continue;
+        };
+        let _ = writeln!(
+            body,
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            t.workload,
+            t.label,
+            t.unit,
+            cell(p.turnstile),
+            cell(t.turnstile),
+            ratio(tls_over_plain(t.turnstile, p.turnstile)),
+            cell(p.etcd),
+            cell(t.etcd),
+            ratio(tls_over_plain(t.etcd, p.etcd)),
+        );
+    }
+    if body.is_empty() {
+        return String::new();
+    }
+    format!(
+        "\n## Cost of TLS and authentication\n\nTLS / plain of each system: below 1 is a loss \
+         for rates, above 1 for latencies. TLS rows: HTTPS or gRPC over TLS, peers on mutual \
+         TLS, every client presenting a certificate from the cluster CA (Turnstile: user \
+         `root`, auth on).\n\n\
+         | Workload | Figure | Unit | Turnstile plain | Turnstile TLS | Turnstile TLS / plain \
+         | etcd plain | etcd TLS | etcd TLS / plain |\n\
+         |---|---|---|--:|--:|--:|--:|--:|--:|\n{body}"
+    )
 }
 
 fn log_table(rows: &[LogRow]) -> String {
@@ -344,6 +433,7 @@ mod tests {
     fn entry(system: System, label: &str, value: f64) -> Entry {
         Entry {
             system: system.name(),
+            transport: Transport::Plain.name(),
             measure: Measure::new("W1", label, "cycles/s", Better::Higher, value),
         }
     }
@@ -364,6 +454,34 @@ mod tests {
             "{md}"
         );
         assert!(md.contains("| n/a |"), "{md}");
+        assert!(tls_cost_table(&rows).is_empty());
+    }
+
+    #[test]
+    fn tls_rows_stand_beside_plain_rows_with_their_cost() {
+        let tls = |e: Entry| Entry {
+            transport: Transport::Tls.name(),
+            ..e
+        };
+        let rows = rows(&[
+            entry(System::Turnstile, "64 clients: throughput", 3_000.0),
+            entry(System::Etcd, "64 clients: throughput", 1_500.0),
+            tls(entry(System::Turnstile, "64 clients: throughput", 2_400.0)),
+            tls(entry(System::Etcd, "64 clients: throughput", 1_200.0)),
+        ]);
+        assert_eq!(rows.len(), 2);
+        let md = table(&rows);
+        assert!(
+            md.contains("| W1 | tls | 64 clients: throughput | cycles/s | 2,400 | 1,200 | 2.00x |"),
+            "{md}"
+        );
+        let cost = tls_cost_table(&rows);
+        assert!(
+            cost.contains(
+                "| W1 | 64 clients: throughput | cycles/s | 3,000 | 2,400 | 0.800x | 1,500 | 1,200 | 0.800x |"
+            ),
+            "{cost}"
+        );
     }
 
     #[test]

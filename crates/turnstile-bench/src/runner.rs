@@ -1,6 +1,6 @@
-//! `run`: measures the limit, then runs each workload on each system in turn (one system at a
-//! time, never both at once; workloads interleaved so slow drift on the machine touches both),
-//! and collects everything into a `Report`.
+//! `run`: measures the limit, then runs each workload on each transport and each system in
+//! turn (one cluster at a time, never two at once; interleaved so slow drift on the machine
+//! touches every row of a workload alike), and collects everything into a `Report`.
 
 use std::time::Instant;
 
@@ -25,31 +25,29 @@ pub async fn run(plan: &Plan) -> anyhow::Result<Report> {
     let limit = limit::measure(dirs.root(), plan.fsync_samples, plan.rtt_samples).await?;
     let mut report = Report::new(plan, machine, limit);
     for &w in &plan.workloads {
-        for &system in &plan.systems {
-            let t0 = Instant::now();
-            eprintln!("turnstile-bench: {} on {}", w.name(), system.name());
-            let mut ctx = Ctx {
-                plan,
-                dirs: &mut dirs,
-                system,
-            };
-            match workloads::run(w, &mut ctx).await {
-                Ok(outcome) => report.add(system, outcome.measures, outcome.log_rows),
-                Err(e) => {
-                    eprintln!(
-                        "turnstile-bench: {} on {} failed: {e:#}",
-                        w.name(),
-                        system.name()
-                    );
-                    report.fail(system, w.name(), &e);
+        for &transport in &plan.transports {
+            for &system in &plan.systems {
+                let t0 = Instant::now();
+                let what = format!("{} on {} ({})", w.name(), system.name(), transport.name());
+                eprintln!("turnstile-bench: {what}");
+                let mut ctx = Ctx {
+                    plan,
+                    dirs: &mut dirs,
+                    system,
+                    transport,
+                };
+                match workloads::run(w, &mut ctx).await {
+                    Ok(outcome) => report.add(system, transport, outcome),
+                    Err(e) => {
+                        eprintln!("turnstile-bench: {what} failed: {e:#}");
+                        report.fail(system, transport, w.name(), &e);
+                    }
                 }
+                eprintln!(
+                    "turnstile-bench: {what} took {:.1} s",
+                    t0.elapsed().as_secs_f64()
+                );
             }
-            eprintln!(
-                "turnstile-bench: {} on {} took {:.1} s",
-                w.name(),
-                system.name(),
-                t0.elapsed().as_secs_f64()
-            );
         }
     }
     report.wall_s = started.elapsed().as_secs_f64();

@@ -79,19 +79,45 @@ impl Exchange {
 
 /// A shared HTTP client: no proxy, no overall timeout (watch streams are long), Nagle off.
 pub fn http_client() -> anyhow::Result<reqwest::Client> {
-    reqwest::Client::builder()
-        .no_proxy()
-        .tcp_nodelay(true)
-        .connect_timeout(Duration::from_secs(2))
+    client_builder()
         .build()
         .context("cannot build the HTTP client")
 }
 
+/// A shared HTTPS client like [`http_client`] that trusts only the cluster's CA (`ca_pem`)
+/// and presents a client certificate (`cert_pem`, `key_pem`), which authenticates every
+/// request as that certificate's user.
+pub fn https_client(
+    ca_pem: &[u8],
+    cert_pem: &[u8],
+    key_pem: &[u8],
+) -> anyhow::Result<reqwest::Client> {
+    let ca = reqwest::Certificate::from_pem(ca_pem).context("the cluster CA is not PEM")?;
+    // rustls wants the key and the certificate chain in one PEM.
+    let identity = reqwest::Identity::from_pem(&[key_pem, cert_pem].concat())
+        .context("the client certificate or key is not PEM")?;
+    client_builder()
+        .tls_built_in_root_certs(false)
+        .add_root_certificate(ca)
+        .identity(identity)
+        .https_only(true)
+        .build()
+        .context("cannot build the HTTPS client")
+}
+
+fn client_builder() -> reqwest::ClientBuilder {
+    reqwest::Client::builder()
+        .no_proxy()
+        .tcp_nodelay(true)
+        .connect_timeout(Duration::from_secs(2))
+}
+
 impl TurnstileApi {
-    pub fn new(http: reqwest::Client, addr: SocketAddr) -> TurnstileApi {
+    /// Calls to the node at `addr` over `scheme` (`http` or `https`, as `http` was built).
+    pub fn new(http: reqwest::Client, scheme: &str, addr: SocketAddr) -> TurnstileApi {
         TurnstileApi {
             http,
-            base: format!("http://{addr}"),
+            base: format!("{scheme}://{addr}"),
         }
     }
 

@@ -1,5 +1,6 @@
 //! `TurnstileCluster`: three `turnstile serve` processes on loopback with default settings,
-//! data dirs and logs in one `ScratchDir`. Start waits until every node is ready and agrees on
+//! plain HTTP or TLS (`ClusterCerts`: HTTPS, mutual TLS between peers, clients authenticated
+//! by their certificate), data dirs and logs in one `ScratchDir`. Start waits until every node is ready and agrees on
 //! the leader; drop kills the nodes, then removes the directory.
 
 use std::net::SocketAddr;
@@ -8,14 +9,16 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 
+use crate::cluster_certs::ClusterCerts;
 use crate::node_process::{free_ports, NodeProcess};
 use crate::plan::CLUSTER_START_MS_MAX;
 use crate::scratch_dir::ScratchDir;
-use crate::turnstile_api::{http_client, NodeView, TurnstileApi};
+use crate::turnstile_api::{http_client, https_client, NodeView, TurnstileApi};
 
 /// Nodes per cluster.
 pub const NODES: usize = 3;
-/// Shared secret of the bench clusters' peer RPCs (loopback only).
+/// Shared secret of the bench clusters' peer RPCs (loopback only; with TLS, peers also
+/// authenticate by certificate).
 const CLUSTER_SECRET: &str = "turnstile-bench-cluster-secret";
 /// Log filter of the nodes: warnings only, so logging costs nothing measurable.
 const NODE_LOG_FILTER: &str = "warn,openraft=error";
@@ -28,12 +31,20 @@ pub struct TurnstileCluster {
     nodes: Vec<NodeProcess>,
     addrs: Vec<SocketAddr>,
     http: reqwest::Client,
+    /// `https` with TLS, else `http`.
+    scheme: &'static str,
     _dir: ScratchDir,
 }
 
 impl TurnstileCluster {
-    /// Starts three nodes forming a new cluster and waits for a leader they all know.
-    pub async fn start(bin: &Path, dir: ScratchDir) -> anyhow::Result<TurnstileCluster> {
+    /// Starts three nodes forming a new cluster and waits for a leader they all know. With
+    /// `certs`, nodes serve HTTPS with their node certificates and clients present the
+    /// `root` client certificate.
+    pub async fn start(
+        bin: &Path,
+        dir: ScratchDir,
+        certs: Option<&ClusterCerts>,
+    ) -> anyhow::Result<TurnstileCluster> {
         if !bin.is_file() {
             bail!(
                 "no turnstile binary at {} (build it: cargo build --release -p turnstile, or pass --turnstile-bin)",
@@ -52,7 +63,7 @@ impl TurnstileCluster {
         let mut nodes = Vec::new();
         for (i, addr) in addrs.iter().enumerate() {
             let id = i + 1;
-            let args: Vec<String> = vec![
+            let mut args: Vec<String> = vec![
                 "serve".into(),
                 "--id".into(),
                 id.to_string(),
@@ -65,6 +76,16 @@ impl TurnstileCluster {
                 "--cluster-secret".into(),
                 CLUSTER_SECRET.into(),
             ];
+            if let Some(certs) = certs {
+                let node = certs.node(id);
+                for (flag, path) in [
+                    ("--tls-ca", certs.ca()),
+                    ("--tls-cert", node.cert),
+                    ("--tls-key", node.key),
+                ] {
+                    args.extend([flag.to_string(), path.display().to_string()]);
+                }
+            }
             let log = dir.path().join(format!("turnstile-{id}.log"));
             let envs = [("TURNSTILE_LOG", NODE_LOG_FILTER)];
             let name = format!("turnstile node {id}");
@@ -77,10 +98,18 @@ impl TurnstileCluster {
                 &log,
             )?);
         }
+        let (http, scheme) = match certs {
+            Some(certs) => {
+                let (cert, key) = certs.client_pem()?;
+                (https_client(&certs.ca_pem()?, &cert, &key)?, "https")
+            }
+            None => (http_client()?, "http"),
+        };
         let mut cluster = TurnstileCluster {
             nodes,
             addrs,
-            http: http_client()?,
+            http,
+            scheme,
             _dir: dir,
         };
         cluster.wait_ready().await?;
@@ -124,7 +153,7 @@ impl TurnstileCluster {
     }
 
     pub fn api(&self, node: usize) -> TurnstileApi {
-        TurnstileApi::new(self.http.clone(), self.addrs[node])
+        TurnstileApi::new(self.http.clone(), self.scheme, self.addrs[node])
     }
 
     /// The leader's index, if every live node names the same live leader.

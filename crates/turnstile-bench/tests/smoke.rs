@@ -2,7 +2,9 @@
 //! Turnstile alone (no etcd), a few seconds on a real 3-node cluster of `turnstile serve`
 //! processes. It asserts that every workload completed some operations and that the table was
 //! written, and nothing about speed. Then a few seconds of `turnstile-bench soak`, which must
-//! see no refusal and, with acknowledgments, far fewer request-id records than ids used.
+//! see no refusal and, with acknowledgments, far fewer request-id records than ids used. And a
+//! few seconds of W1 and W4 over both transports, so the TLS mode (certificates, HTTPS, client
+//! authentication) keeps working.
 //!
 //! It needs the `turnstile` binary, which this package cannot depend on (a binary of another
 //! package gets no `CARGO_BIN_EXE_*` here). It takes the one in the same target directory as
@@ -124,6 +126,62 @@ fn quick_run_against_turnstile_completes_every_workload() {
             .max()
             .unwrap_or(0);
         assert!(ops > 0, "{w} completed no operation:\n{md}");
+    }
+}
+
+#[test]
+fn quick_tls_run_beside_plain_completes_and_prices_tls() {
+    let _one = ONE_CLUSTER_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let dir = tempfile::tempdir().expect("temp dir");
+    let out = dir.path().join("tls.md");
+    let out_arg = out.to_str().expect("the temp dir's path is UTF-8");
+    let status = run_bench(
+        &[
+            "--systems",
+            "turnstile",
+            "--quick",
+            "--workloads",
+            "w1,w4",
+            "--w1-clients",
+            "8",
+            "--transport",
+            "plain,tls",
+            "--out",
+            out_arg,
+        ],
+        dir.path(),
+    );
+    let md = std::fs::read_to_string(&out).expect("the Markdown table was written");
+    assert!(
+        status.success(),
+        "turnstile-bench --transport plain,tls failed: {status}\n{md}"
+    );
+    assert!(md.contains("## Cost of TLS and authentication"), "{md}");
+    let json: Value = serde_json::from_str(
+        &std::fs::read_to_string(out.with_extension("json")).expect("the JSON was written"),
+    )
+    .expect("valid JSON");
+    let entries = json["entries"].as_array().expect("entries");
+    for w in ["W1", "W4"] {
+        for transport in ["plain", "tls"] {
+            let errors: u64 = entries
+                .iter()
+                .filter(|e| e["workload"] == w && e["transport"] == transport)
+                .filter_map(|e| e["errors"].as_u64())
+                .sum();
+            let ops: u64 = entries
+                .iter()
+                .filter(|e| e["workload"] == w && e["transport"] == transport)
+                .filter_map(|e| e["ops"].as_u64())
+                .max()
+                .unwrap_or(0);
+            assert!(
+                ops > 0 && errors == 0,
+                "{w} over {transport}: {ops} ops, {errors} errors\n{md}"
+            );
+        }
     }
 }
 

@@ -18,9 +18,9 @@ mod w5_watch;
 mod w6_memory;
 mod w7_recovery;
 
-use crate::cluster::RunDirs;
+use crate::cluster::{Cluster, RunDirs};
 use crate::measure::Measure;
-use crate::plan::{Plan, System, Workload};
+use crate::plan::{Plan, System, Transport, Workload};
 use crate::turnstile_api::LogCounters;
 
 /// Turnstile's leader log counters over one measurement window.
@@ -57,6 +57,14 @@ pub struct Ctx<'a> {
     pub plan: &'a Plan,
     pub dirs: &'a mut RunDirs,
     pub system: System,
+    pub transport: Transport,
+}
+
+impl Ctx<'_> {
+    /// A fresh cluster of this run's system on this run's transport, named after `tag`.
+    pub async fn start_cluster(&mut self, tag: &str) -> anyhow::Result<Cluster> {
+        Cluster::start(self.system, self.transport, self.plan, self.dirs, tag).await
+    }
 }
 
 /// Runs workload `w` on `ctx.system`.

@@ -9,7 +9,6 @@ use super::common::{
 };
 use super::{Ctx, Outcome};
 use crate::client::Client;
-use crate::cluster::Cluster;
 use crate::measure::{latency, rate_and_latency};
 use crate::plan::LEASE_TTL_MS_LONG;
 use crate::tally::{merge_all, Tally};
@@ -60,7 +59,7 @@ async fn worker(mut c: Client, n: usize, i: usize, lease: i64, w: Window) -> Cyc
 }
 
 pub async fn run(ctx: &mut Ctx<'_>) -> anyhow::Result<Outcome> {
-    let mut cluster = Cluster::start(ctx.system, ctx.plan, ctx.dirs, "w1").await?;
+    let mut cluster = ctx.start_cluster("w1").await?;
     let leader = cluster.leader().await?;
     let mut out = Outcome::default();
     for &n in &ctx.plan.w1_clients {

@@ -14,7 +14,6 @@ use super::common::{
 };
 use super::{Ctx, Outcome};
 use crate::client::Client;
-use crate::cluster::Cluster;
 use crate::limit;
 use crate::measure::{latency, rate, Better, Measure};
 use crate::plan::{System, LEASE_TTL_MS_LONG};
@@ -89,7 +88,7 @@ async fn run_point(ctx: &mut Ctx<'_>, n: usize, out: &mut Outcome) -> anyhow::Re
     // The limit again, just before this point and with no cluster running: other work on the
     // machine moves fdatasync latency, and the fraction should use the disk as it is now.
     let limit = limit::measure(ctx.dirs.root(), plan.fsync_samples, plan.rtt_samples).await?;
-    let mut cluster = Cluster::start(ctx.system, plan, ctx.dirs, &format!("w2-{n}")).await?;
+    let mut cluster = ctx.start_cluster(&format!("w2-{n}")).await?;
     let leader = cluster.leader().await?;
     let clients = cluster.clients(leader, n).await?;
     let leases = grant_leases(&clients, LEASE_TTL_MS_LONG).await?;

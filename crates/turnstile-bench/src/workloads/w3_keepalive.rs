@@ -10,7 +10,6 @@ use super::common::{
 };
 use super::{Ctx, Outcome};
 use crate::client::Client;
-use crate::cluster::Cluster;
 use crate::measure::rate_and_latency;
 use crate::plan::LEASE_TTL_MS_LONG;
 use crate::tally::{merge_all, Tally};
@@ -41,7 +40,7 @@ async fn worker(mut c: Client, lease: i64, w: Window) -> Tally {
 }
 
 pub async fn run(ctx: &mut Ctx<'_>) -> anyhow::Result<Outcome> {
-    let mut cluster = Cluster::start(ctx.system, ctx.plan, ctx.dirs, "w3").await?;
+    let mut cluster = ctx.start_cluster("w3").await?;
     let leader = cluster.leader().await?;
     let n = ctx.plan.w3_clients;
     let clients = cluster.clients(leader, n).await?;

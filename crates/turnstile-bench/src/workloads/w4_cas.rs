@@ -7,7 +7,6 @@ use std::time::{Duration, Instant};
 use super::common::{failed, log_delta, run_workers, until, Op, Window};
 use super::{Ctx, Outcome};
 use crate::client::Client;
-use crate::cluster::Cluster;
 use crate::measure::rate_and_latency;
 use crate::plan::W4_VALUE_BYTES;
 use crate::tally::{merge_all, Tally};
@@ -36,7 +35,7 @@ async fn worker(mut c: Client, i: usize, w: Window) -> Tally {
 }
 
 pub async fn run(ctx: &mut Ctx<'_>) -> anyhow::Result<Outcome> {
-    let mut cluster = Cluster::start(ctx.system, ctx.plan, ctx.dirs, "w4").await?;
+    let mut cluster = ctx.start_cluster("w4").await?;
     let leader = cluster.leader().await?;
     let n = ctx.plan.w4_clients;
     let clients = cluster.clients(leader, n).await?;

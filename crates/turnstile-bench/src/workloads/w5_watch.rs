@@ -11,7 +11,6 @@ use futures::{StreamExt, TryStreamExt};
 use super::common::{failed, run_workers, until, Op, Window};
 use super::{Ctx, Outcome};
 use crate::client::{Client, Watcher};
-use crate::cluster::Cluster;
 use crate::measure::{latency, Better, Measure};
 use crate::plan::{SETUP_CONCURRENCY, W5_DRAIN_MS, W5_WRITE_INTERVAL_MS};
 use crate::tally::{merge_all, Tally};
@@ -80,7 +79,7 @@ async fn reader(mut watcher: Watcher, feed: Arc<Feed>, w: Window) -> Tally {
 }
 
 pub async fn run(ctx: &mut Ctx<'_>) -> anyhow::Result<Outcome> {
-    let mut cluster = Cluster::start(ctx.system, ctx.plan, ctx.dirs, "w5").await?;
+    let mut cluster = ctx.start_cluster("w5").await?;
     let leader = cluster.leader().await?;
     let mut out = Outcome::default();
     let stream_ms = u64::try_from(ctx.plan.duration.as_millis()).unwrap_or(u64::MAX / 2)

@@ -9,7 +9,6 @@ use futures::{StreamExt, TryStreamExt};
 
 use super::{Ctx, Outcome};
 use crate::client::Client;
-use crate::cluster::Cluster;
 use crate::measure::{Better, Measure};
 use crate::plan::{LEASE_TTL_MS_LONG, W6_CLIENTS, W6_LOCKS_PER_LEASE};
 use crate::tally::Tally;
@@ -55,7 +54,7 @@ async fn hold_locks(clients: &[Client], leases: &[i64], locks: usize) -> anyhow:
 }
 
 pub async fn run(ctx: &mut Ctx<'_>) -> anyhow::Result<Outcome> {
-    let mut cluster = Cluster::start(ctx.system, ctx.plan, ctx.dirs, "w6").await?;
+    let mut cluster = ctx.start_cluster("w6").await?;
     let leader = cluster.leader().await?;
     let locks = ctx.plan.w6_locks;
     let clients = cluster.clients(leader, W6_CLIENTS).await?;

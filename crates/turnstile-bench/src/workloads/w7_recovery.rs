@@ -108,7 +108,7 @@ pub async fn run(ctx: &mut Ctx<'_>) -> anyhow::Result<Outcome> {
     let mut holder = Tally::new();
     let mut leader = Tally::new();
     for trial in 0..ctx.plan.w7_trials {
-        let mut cluster = Cluster::start(ctx.system, ctx.plan, ctx.dirs, "w7").await?;
+        let mut cluster = ctx.start_cluster("w7").await?;
         let l = cluster.leader().await?;
         match holder_killed(&cluster, l, trial).await {
             Ok(d) => holder.record(d),
