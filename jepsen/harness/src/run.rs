@@ -171,6 +171,10 @@ pub async fn run(cfg: RunConfig) -> anyhow::Result<RunSummary> {
         mode: cfg.mode,
     })
     .await?;
+    if let Some(certs) = cluster.certs() {
+        // Lets a person reach the nodes by hand while the run lasts (docs/chaos.md).
+        println!("  certificates: {}", certs.dir().display());
+    }
     let rec = Recorder::new();
     let http = Http::new(cluster.certs())?;
     let endpoints = cluster.endpoints();
