@@ -68,7 +68,7 @@ impl Waiters {
     /// Sends one waiting acquire of [`HOT`] per lease, spread over the nodes.
     fn send(tc: &TestCluster, leases: &[u64]) -> anyhow::Result<Waiters> {
         let (tx, answers) = mpsc::unbounded_channel();
-        let http = long_http(&tc)?;
+        let http = long_http(tc)?;
         let ids = tc.ids();
         let mut tasks = tokio::task::JoinSet::new();
         for (i, &lease) in leases.iter().enumerate() {
