@@ -7,6 +7,11 @@
 //! Partitions live in `cluster/network.rs`, HTTP to the nodes (status, leader, convergence,
 //! the clock hook) in `cluster/observe.rs`.
 //!
+//! Clusters are secure by default (`tls`): the cluster makes its own CA and certificates under
+//! its directory, nodes serve HTTPS with mutual TLS between peers, and the cluster's HTTP
+//! client, like every client built from [`ProcCluster::http_builder`], presents `root`.
+//! [`Mode::Insecure`] starts the nodes with `--insecure` instead, for debugging.
+//!
 //! Node processes run `turnstile-jepsen node`, which is `turnstile serve` (the same
 //! `turnstile_server::serve` code) in a binary that also carries the test hooks and the
 //! bug-injection switches, and the `--enable-test-hooks` flag that turns them on.
@@ -24,6 +29,7 @@ use nix::unistd::Pid;
 
 use crate::docker::{self, ContainerSpec, DockerNet};
 use crate::netns::{Net, NetHost};
+use crate::tls::{self, Mode, RunCerts};
 
 mod network;
 mod observe;
@@ -55,6 +61,8 @@ pub struct ClusterOptions {
     pub extra_args: Vec<String>,
     /// Where the nodes run.
     pub backend: Backend,
+    /// TLS and client certificates (the default), or plain HTTP for debugging.
+    pub mode: Mode,
 }
 
 /// Where a cluster's nodes run.
@@ -111,6 +119,8 @@ pub struct ProcCluster {
     opts: ClusterOptions,
     nodes: BTreeMap<u64, NodeProc>,
     http: reqwest::Client,
+    /// The cluster's CA and certificates; `None` on an insecure cluster.
+    certs: Option<RunCerts>,
     /// Client hosts added for processes under test; `heal` clears their rules too.
     clients: Vec<NetHost>,
     // Dropped last: the namespaces (or the containers) go after the processes in them.
@@ -155,15 +165,25 @@ impl ProcCluster {
                 Fabric::Docker(net)
             }
         };
-        let http = reqwest::Client::builder()
-            .no_proxy()
+        std::fs::create_dir_all(&opts.dir)?;
+        let certs = match opts.mode {
+            Mode::Secure => {
+                let hosts: Vec<(u64, Vec<String>)> = nodes
+                    .iter()
+                    .map(|(&id, n)| (id, RunCerts::node_hosts(id, n.ip)))
+                    .collect();
+                Some(RunCerts::create(&opts.dir.join("certs"), &hosts)?)
+            }
+            Mode::Insecure => None,
+        };
+        let http = tls::client_builder(certs.as_ref())?
             .timeout(Duration::from_millis(HTTP_TIMEOUT_MS))
             .build()?;
-        std::fs::create_dir_all(&opts.dir)?;
         let mut c = ProcCluster {
             opts,
             nodes,
             http,
+            certs,
             clients: Vec::new(),
             fabric,
         };
@@ -181,6 +201,23 @@ impl ProcCluster {
             Fabric::Netns(_) => Backend::Netns,
             Fabric::Docker(_) => Backend::Docker,
         }
+    }
+
+    /// Whether the nodes serve TLS and demand credentials.
+    pub fn mode(&self) -> Mode {
+        self.opts.mode
+    }
+
+    /// The cluster's certificates (`None` when insecure): holders and other client processes
+    /// take their files from here.
+    pub fn certs(&self) -> Option<&RunCerts> {
+        self.certs.as_ref()
+    }
+
+    /// An HTTP client builder that reaches this cluster's nodes: no proxy, and on a secure
+    /// cluster trust in only its CA and the `root` client certificate.
+    pub fn http_builder(&self) -> Result<reqwest::ClientBuilder, tls::TlsError> {
+        tls::client_builder(self.certs.as_ref())
     }
 
     /// The namespaces' network.
@@ -231,9 +268,9 @@ impl ProcCluster {
         SocketAddr::from((self.ip(id), NODE_PORT))
     }
 
-    /// `http://ip:port` of node `id`.
+    /// `https://ip:port` of node `id` (`http://` on an insecure cluster).
     pub fn endpoint(&self, id: u64) -> String {
-        format!("http://{}", self.addr(id))
+        format!("{}://{}", self.mode().scheme(), self.addr(id))
     }
 
     pub fn endpoints(&self) -> Vec<String> {
@@ -256,8 +293,9 @@ impl ProcCluster {
             .join(",")
     }
 
-    /// `node` and its flags, with `data_dir` as the node sees it.
-    fn node_args(&self, id: u64, data_dir: OsString) -> Vec<OsString> {
+    /// `node` and its flags, with `data_dir` and the `--tls-*` flags (`tls_args`, naming files
+    /// as the node sees them; empty on an insecure cluster).
+    fn node_args(&self, id: u64, data_dir: OsString, tls_args: Vec<OsString>) -> Vec<OsString> {
         let mut args: Vec<OsString> = vec!["node".into(), "--id".into(), id.to_string().into()];
         args.extend(["--listen".into(), self.addr(id).to_string().into()]);
         args.extend(["--data-dir".into(), data_dir]);
@@ -266,9 +304,12 @@ impl ProcCluster {
         args.extend(["--initial-cluster-state".into(), "new".into()]);
         args.push("--enable-test-hooks".into());
         args.push("--check-invariants".into());
-        // Nodes listen on their namespace's (non-loopback) address over plain HTTP: a node
-        // refuses that unless told so (docs/security.md).
-        args.push("--insecure".into());
+        match self.opts.mode {
+            Mode::Secure => args.extend(tls_args),
+            // Nodes listen on their namespace's (non-loopback) address: over plain HTTP a node
+            // refuses that unless told so (docs/security.md).
+            Mode::Insecure => args.push("--insecure".into()),
+        }
         args.extend(self.opts.extra_args.iter().map(OsString::from));
         args
     }
@@ -294,7 +335,12 @@ impl ProcCluster {
             .append(true)
             .open(self.log_path(id))
             .context("cannot open the node log")?;
-        let args = self.node_args(id, self.data_dir(id).into_os_string());
+        let tls_args = self
+            .certs
+            .as_ref()
+            .map(|c| c.node_args(id))
+            .unwrap_or_default();
+        let args = self.node_args(id, self.data_dir(id).into_os_string(), tls_args);
         let node = self.nodes.get(&id).ok_or_else(|| anyhow!("no node {id}"))?;
         let Place::Netns { host, .. } = &node.place else {
             bail!("node {id} is not a process");
@@ -319,7 +365,15 @@ impl ProcCluster {
 
     /// Creates node `id`'s container, or starts it again.
     fn spawn_container(&mut self, id: u64) -> anyhow::Result<()> {
-        let args = self.node_args(id, docker::DATA_DIR_IN_CONTAINER.into());
+        // Each container mounts a directory with only its own key, the CA certificate and its
+        // certificate: never the CA's key or another node's.
+        let certs_dir = self.opts.dir.join(format!("certs-node-{id}"));
+        let tls_args = match &self.certs {
+            Some(c) => c.node_files_for_container(id, &certs_dir)?,
+            None => Vec::new(),
+        };
+        let certs_dir = self.certs.as_ref().map(|_| certs_dir.as_path());
+        let args = self.node_args(id, docker::DATA_DIR_IN_CONTAINER.into(), tls_args);
         let (data_dir, log_path) = (self.data_dir(id), self.log_path(id));
         let Fabric::Docker(net) = &self.fabric else {
             bail!("no Docker network");
@@ -344,6 +398,7 @@ impl ProcCluster {
                 name: &short,
                 ip: node.ip,
                 data_dir: &data_dir,
+                certs_dir,
                 log_path: &log_path,
                 env: vec![
                     ("TURNSTILE_BUGS", &self.opts.bugs),

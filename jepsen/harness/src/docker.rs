@@ -61,6 +61,9 @@ pub struct ContainerSpec<'a> {
     pub ip: Ipv4Addr,
     /// Host directory mounted at [`DATA_DIR_IN_CONTAINER`].
     pub data_dir: &'a Path,
+    /// Host directory mounted read-only at [`crate::tls::CERTS_DIR_IN_CONTAINER`] (the node's
+    /// TLS files), on a secure cluster.
+    pub certs_dir: Option<&'a Path>,
     /// Host file the container's output is followed into.
     pub log_path: &'a Path,
     pub env: Vec<(&'a str, &'a str)>,
@@ -237,6 +240,13 @@ impl DockerNet {
         .collect();
         args.push("-v".into());
         args.push(mount);
+        if let Some(certs) = spec.certs_dir {
+            let certs = std::fs::canonicalize(certs).context("certs dir")?;
+            let mut mount = certs.into_os_string();
+            mount.push(format!(":{}:ro", crate::tls::CERTS_DIR_IN_CONTAINER));
+            args.push("-v".into());
+            args.push(mount);
+        }
         for (key, value) in &spec.env {
             args.push("-e".into());
             args.push(format!("{key}={value}").into());

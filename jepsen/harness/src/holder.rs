@@ -1,5 +1,7 @@
 //! `turnstile-jepsen holder`: a lock-holding client as its own process, so a test can freeze it
-//! (SIGSTOP), kill it, or cut its network, the way a real client pauses or dies.
+//! (SIGSTOP), kill it, or cut its network, the way a real client pauses or dies. Against a
+//! secure cluster it is given the run's CA and `root` client certificate (`--cacert`, `--cert`,
+//! `--key`) and speaks HTTPS through `turnstile-client`'s `Security`.
 //!
 //! It opens a session (a lease kept alive every TTL/3 by `turnstile-client`) and prints
 //! `session lease=L`, acquires one lock (waiting up to `--wait-ms`) and prints
@@ -23,13 +25,14 @@
 //! whatever else it is doing. No answer to a command starts with `lost reason=`.
 
 use std::io::Write;
+use std::path::PathBuf;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
 use clap::Args;
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, BufReader};
-use turnstile_client::{Client, Error, LockGuard, LockOptions, PutOptions};
+use turnstile_client::{Client, ClientConfig, Error, LockGuard, LockOptions, PutOptions, Security};
 
 /// Arguments of the `holder` subcommand.
 #[derive(Args, Debug)]
@@ -46,6 +49,32 @@ pub struct HolderArgs {
     /// How long to wait in the lock's queue.
     #[arg(long, default_value_t = 30_000)]
     pub wait_ms: u64,
+    /// The cluster's CA certificate: speak HTTPS and trust only it (the harness's default).
+    /// Without it the holder speaks plain HTTP, for an `--insecure` cluster.
+    #[arg(long)]
+    pub cacert: Option<PathBuf>,
+    /// The client certificate to present (with `--key`); the harness gives `root`'s.
+    #[arg(long = "cert", requires = "key", requires = "cacert")]
+    pub cert: Option<PathBuf>,
+    /// The client certificate's private key.
+    #[arg(long, requires = "cert")]
+    pub key: Option<PathBuf>,
+}
+
+impl HolderArgs {
+    /// The client's trust and identity, read and checked before anything is sent.
+    fn security(&self) -> anyhow::Result<Security> {
+        let mut security = Security::default();
+        if let Some(ca) = &self.cacert {
+            security = security.with_ca_file(ca).context("--cacert")?;
+        }
+        if let (Some(cert), Some(key)) = (&self.cert, &self.key) {
+            security = security
+                .with_identity_files(cert, key)
+                .context("--cert/--key")?;
+        }
+        Ok(security)
+    }
 }
 
 /// Timeout of one ledger request.
@@ -67,7 +96,11 @@ fn say(line: &str) {
 
 /// Runs the holder until `exit` or end of input.
 pub async fn run(args: HolderArgs) -> anyhow::Result<()> {
-    let client = Client::new(args.endpoints.clone()).context("bad endpoints")?;
+    let config = ClientConfig {
+        security: args.security()?,
+        ..ClientConfig::default()
+    };
+    let client = Client::with_config(args.endpoints.clone(), config).context("bad endpoints")?;
     let session = client
         .session(Duration::from_millis(args.ttl_ms))
         .await
@@ -89,6 +122,8 @@ pub async fn run(args: HolderArgs) -> anyhow::Result<()> {
         let reason = lost.wait().await;
         say(&format!("lost reason={reason} at_ms={}", unix_ms()));
     });
+    // The ledger is the tests' in-process example resource on the bridge, served over plain
+    // HTTP; it is not a node and holds no credential of the cluster.
     let http = reqwest::Client::builder()
         .no_proxy()
         .timeout(Duration::from_millis(LEDGER_TIMEOUT_MS))

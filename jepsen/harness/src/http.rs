@@ -8,6 +8,8 @@ use std::time::Duration;
 use serde_json::Value;
 use turnstile_checker::history::EventType;
 
+use crate::tls::RunCerts;
+
 /// How long one client request may take before the harness calls it unknown. Longer than the
 /// server's 5 s commit deadline, so a server-side `504` normally arrives first.
 pub const CLIENT_TIMEOUT_MS: u64 = 7_000;
@@ -40,17 +42,18 @@ pub enum Effect {
     Write,
 }
 
-/// A shared HTTP client for the workers.
+/// A shared HTTP client for the workers, the watchers and the monitor.
 #[derive(Clone)]
 pub struct Http {
     client: reqwest::Client,
 }
 
 impl Http {
-    pub fn new() -> anyhow::Result<Http> {
+    /// A client for a cluster with `certs` (trusting only its CA, presenting `root`), or for an
+    /// insecure one with `None`.
+    pub fn new(certs: Option<&RunCerts>) -> anyhow::Result<Http> {
         Ok(Http {
-            client: reqwest::Client::builder()
-                .no_proxy()
+            client: crate::tls::client_builder(certs)?
                 .timeout(Duration::from_millis(CLIENT_TIMEOUT_MS))
                 .connect_timeout(Duration::from_millis(1_000))
                 .pool_max_idle_per_host(16)

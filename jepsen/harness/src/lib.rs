@@ -2,7 +2,7 @@
 //! `cluster`) or, as a second backend, in Docker containers (`docker`), cut off by the same
 //! nftables rules (`nft`); a lock-holding client process tests can freeze or cut off
 //! (`holder`), seeded client workloads and watchers (`workload`, `watcher`) talking HTTP
-//! (`http`), a seeded nemesis (`nemesis`), the recorder of the history (`recorder`), and the
+//! (`http`) over TLS with the run's certificates (`tls`), a seeded nemesis (`nemesis`), the recorder of the history (`recorder`), and the
 //! run that ties them together and checks the result (`run`). The checkers live in
 //! `turnstile-checker`.
 
@@ -16,5 +16,6 @@ pub mod nft;
 pub mod owners;
 pub mod recorder;
 pub mod run;
+pub mod tls;
 pub mod watcher;
 pub mod workload;

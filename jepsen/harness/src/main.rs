@@ -71,6 +71,11 @@ struct RunArgs {
     /// image (build it first with jepsen/image/build-image.sh).
     #[arg(long, value_enum, default_value_t = Backend::Netns)]
     backend: Backend,
+    /// Plain HTTP without authentication (`serve --insecure`), for debugging with tcpdump or
+    /// curl. Runs are secure by default: a CA and certificates per run, HTTPS, mutual TLS
+    /// between peers, clients authenticated with the `root` client certificate.
+    #[arg(long)]
+    insecure: bool,
 }
 
 async fn run(args: RunArgs) -> anyhow::Result<()> {
@@ -90,6 +95,9 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         );
         cfg.bugs = args.bugs.clone();
         cfg.backend = args.backend;
+        if args.insecure {
+            cfg.mode = turnstile_jepsen::tls::Mode::Insecure;
+        }
         if !faults.is_empty() {
             cfg.faults = faults.clone();
         }

@@ -1,7 +1,8 @@
 //! One chaos run: start a cluster in network namespaces, run the workloads and the nemesis on
 //! their seeded schedules for the configured time, heal everything, wait for convergence, take
 //! the final reads, then write the run folder (history, nemesis windows, leaders, watch
-//! deliveries, verdicts, report) and check it.
+//! deliveries, verdicts, report) and check it. Runs are secure by default (`tls`); the mode is
+//! printed at the start, in the summary, in `results.json` and in the report's title.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -15,6 +16,7 @@ use crate::cluster::{Backend, ClusterOptions, ProcCluster};
 use crate::http::Http;
 use crate::nemesis::{self, Fault, NemesisPlan};
 use crate::recorder::Recorder;
+use crate::tls::Mode;
 use crate::watcher::{self, WatcherPlan};
 use crate::workload::{self, WorkerCtx};
 
@@ -62,6 +64,8 @@ pub struct RunConfig {
     pub hold_ms: (u64, u64),
     /// Where the nodes run.
     pub backend: Backend,
+    /// TLS with client certificates (the default), or plain HTTP for debugging.
+    pub mode: Mode,
 }
 
 impl RunConfig {
@@ -84,6 +88,7 @@ impl RunConfig {
             quiet_ms: (1_000, 2_500),
             hold_ms: (1_500, 3_500),
             backend: Backend::Netns,
+            mode: Mode::Secure,
         }
     }
 }
@@ -93,6 +98,8 @@ impl RunConfig {
 pub struct RunSummary {
     pub seed: u64,
     pub bugs: String,
+    /// Whether the run spoke TLS with client certificates or plain HTTP.
+    pub mode: Mode,
     pub dir: PathBuf,
     pub duration_s: f64,
     pub ops: usize,
@@ -124,9 +131,9 @@ impl RunSummary {
     /// A few lines for a terminal.
     pub fn render(&self) -> String {
         let mut out = format!(
-            "seed {} bugs [{}]: {:.0} s, {} ops ({} ok, {} fail, {} info), {} faults, {} leader terms\n",
+            "seed {} bugs [{}]: {:.0} s, {} ops ({} ok, {} fail, {} info), {} faults, {} leader terms\n  mode: {}\n",
             self.seed, self.bugs, self.duration_s, self.ops, self.ok, self.fail, self.info,
-            self.faults, self.leader_terms
+            self.faults, self.leader_terms, self.mode.describe()
         );
         for r in &self.results {
             out.push_str(&format!("  {:?} {}: {}\n", r.validity, r.name, r.checked));
@@ -147,10 +154,11 @@ pub async fn run(cfg: RunConfig) -> anyhow::Result<RunSummary> {
     let dir = run_dir(&cfg)?;
     let data = tempfile::tempdir().context("cannot create the data dir")?;
     println!(
-        "turnstile-jepsen: seed {} for {} s, bugs [{}], folder {}",
+        "turnstile-jepsen: seed {} for {} s, bugs [{}], {}, folder {}",
         cfg.seed,
         cfg.duration.as_secs(),
         cfg.bugs,
+        cfg.mode.describe(),
         dir.display()
     );
     let cluster = ProcCluster::start(ClusterOptions {
@@ -160,10 +168,15 @@ pub async fn run(cfg: RunConfig) -> anyhow::Result<RunSummary> {
         bugs: cfg.bugs.clone(),
         extra_args: vec![],
         backend: cfg.backend,
+        mode: cfg.mode,
     })
     .await?;
+    if let Some(certs) = cluster.certs() {
+        // Lets a person reach the nodes by hand while the run lasts (docs/chaos.md).
+        println!("  certificates: {}", certs.dir().display());
+    }
     let rec = Recorder::new();
-    let http = Http::new()?;
+    let http = Http::new(cluster.certs())?;
     let endpoints = cluster.endpoints();
     let started = Instant::now();
     let deadline = started + cfg.duration;
@@ -427,6 +440,7 @@ fn summarize(
     RunSummary {
         seed: cfg.seed,
         bugs: cfg.bugs.clone(),
+        mode: cfg.mode,
         dir: dir.to_path_buf(),
         duration_s: started.elapsed().as_secs_f64(),
         ops: count(EventType::Invoke),
@@ -466,7 +480,12 @@ pub fn write_outputs(dir: &Path, recorded: &Recorded, summary: &RunSummary) -> a
         dir.join("results.json"),
         serde_json::to_vec_pretty(summary)?,
     )?;
-    let title = format!("turnstile-jepsen seed {} [{}]", summary.seed, summary.bugs);
+    let title = format!(
+        "turnstile-jepsen seed {} [{}] {}",
+        summary.seed,
+        summary.bugs,
+        summary.mode.describe()
+    );
     let html = turnstile_checker::report::render_html(recorded, &summary.results, &title);
     std::fs::write(dir.join("report.html"), html)?;
     Ok(())

@@ -21,6 +21,7 @@ use turnstile_jepsen::cluster::{Backend, ClusterOptions, ProcCluster};
 use turnstile_jepsen::docker;
 use turnstile_jepsen::nemesis::Fault;
 use turnstile_jepsen::run::{run, RunConfig};
+use turnstile_jepsen::tls::Mode;
 
 /// The harness binary, which the image carries.
 const BIN: &str = env!("CARGO_BIN_EXE_turnstile-jepsen");
@@ -179,6 +180,7 @@ async fn containers_survive_partition_pause_and_kill() -> anyhow::Result<()> {
         bugs: String::new(),
         extra_args: Vec::new(),
         backend: Backend::Docker,
+        mode: Mode::Secure,
     };
     let mut c = ProcCluster::start(opts).await?;
     assert_eq!(c.backend(), Backend::Docker);

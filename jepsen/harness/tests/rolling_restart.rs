@@ -13,12 +13,14 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use common::*;
-use turnstile_tests::load::LockLoad;
+use turnstile_tests::load::{LoadHttp, LockLoad};
 
 /// Lock-cycling clients during the restarts.
 const WORKERS: u64 = 4;
 /// How long a node may take to drain and exit after SIGTERM.
 const EXIT_WAIT_MS_MAX: u64 = 20_000;
+/// Timeout of one load request: what `turnstile_tests::load::http_builder` gives a plain load.
+const LOAD_TIMEOUT: Duration = Duration::from_secs(8);
 /// What clients may see besides success while nodes restart.
 const ALLOWED: [&str; 3] = ["503 no_quorum", "504 indeterminate", "transport"];
 
@@ -60,7 +62,12 @@ async fn rolling_restart_under_load_loses_nothing() -> anyhow::Result<()> {
     let endpoints = Arc::new(RwLock::new(
         tc.ids().iter().map(|&id| tc.addr(id)).collect::<Vec<_>>(),
     ));
-    let load = LockLoad::start(endpoints, WORKERS);
+    // The load speaks the cluster's TLS and presents its `root` certificate.
+    let http = LoadHttp {
+        client: tc.http_builder()?.timeout(LOAD_TIMEOUT).build()?,
+        scheme: tc.mode().scheme(),
+    };
+    let load = LockLoad::start_with(endpoints, WORKERS, http);
     load.wait_grants(20).await?;
 
     let mut handovers = Vec::new();

@@ -25,7 +25,7 @@ async fn killed_holders_lock_passes_to_the_next_waiter_in_bounded_time() -> anyh
     let g = h.granted(ANSWER).await?;
 
     let waiter_lease = tc.grant_lease(30_000).await?;
-    let (http, endpoint) = (long_http()?, tc.endpoint(tc.any()?));
+    let (http, endpoint) = (long_http(&tc)?, tc.endpoint(tc.any()?));
     let waiter = tokio::spawn(async move {
         let r = acquire_wait(&http, &endpoint, LOCK, waiter_lease, 30_000).await;
         (r, Instant::now())
@@ -68,7 +68,7 @@ impl Waiters {
     /// Sends one waiting acquire of [`HOT`] per lease, spread over the nodes.
     fn send(tc: &TestCluster, leases: &[u64]) -> anyhow::Result<Waiters> {
         let (tx, answers) = mpsc::unbounded_channel();
-        let http = long_http()?;
+        let http = long_http(tc)?;
         let ids = tc.ids();
         let mut tasks = tokio::task::JoinSet::new();
         for (i, &lease) in leases.iter().enumerate() {
@@ -276,7 +276,7 @@ async fn abandoned_wait_leaves_the_queue() -> anyhow::Result<()> {
     let abandoned = w.session_lease(ANSWER).await?;
     tc.wait_queued(LOCK, abandoned).await?;
     let behind = tc.grant_lease(TTL_MS).await?;
-    let (http, endpoint) = (long_http()?, tc.endpoint(tc.any()?));
+    let (http, endpoint) = (long_http(&tc)?, tc.endpoint(tc.any()?));
     let waiter =
         tokio::spawn(async move { acquire_wait(&http, &endpoint, LOCK, behind, 30_000).await });
     let s = tc.wait_queued(LOCK, behind).await?;

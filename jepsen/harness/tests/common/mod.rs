@@ -3,6 +3,10 @@
 //! a line reader ([`HolderProc`]), the fenced example ledger served in-process on the bridge
 //! ([`LedgerServer`]), raw HTTP for requests that must be queued at a frozen node
 //! ([`RawRequest`]), and small API helpers. Every wait polls a condition with a deadline.
+//!
+//! Clusters are secure (TLS, every client presenting the run's `root` certificate) unless a
+//! story needs what TLS cannot give: [`start_insecure_cluster`] is for raw requests written to
+//! a frozen node's socket, since a TLS handshake needs the node awake.
 
 // Each story file uses a different subset of these helpers.
 #![allow(dead_code)]
@@ -22,6 +26,7 @@ use tokio::sync::mpsc;
 use turnstile_fence::ledger::{Ledger, LedgerStats};
 use turnstile_jepsen::cluster::{Backend, ClusterOptions, ProcCluster};
 use turnstile_jepsen::netns::NetHost;
+use turnstile_jepsen::tls::Mode;
 
 /// The harness binary: nodes run `turnstile-jepsen node`, holders `turnstile-jepsen holder`.
 pub const BIN: &str = env!("CARGO_BIN_EXE_turnstile-jepsen");
@@ -84,9 +89,18 @@ impl DerefMut for TestCluster {
     }
 }
 
-/// Starts `nodes` node processes (with the `bugs` switches, empty for a correct server) and
-/// waits for a leader.
+/// Starts `nodes` secure node processes (with the `bugs` switches, empty for a correct server)
+/// and waits for a leader.
 pub async fn start_cluster(nodes: u64, bugs: &str) -> anyhow::Result<TestCluster> {
+    start_cluster_in(nodes, bugs, Mode::Secure).await
+}
+
+/// [`start_cluster`] over plain HTTP, for stories that write raw requests ([`RawRequest`]).
+pub async fn start_insecure_cluster(nodes: u64, bugs: &str) -> anyhow::Result<TestCluster> {
+    start_cluster_in(nodes, bugs, Mode::Insecure).await
+}
+
+async fn start_cluster_in(nodes: u64, bugs: &str, mode: Mode) -> anyhow::Result<TestCluster> {
     let dir = tempfile::tempdir()?;
     let started = Instant::now();
     let cluster = ProcCluster::start(ClusterOptions {
@@ -96,10 +110,11 @@ pub async fn start_cluster(nodes: u64, bugs: &str) -> anyhow::Result<TestCluster
         bugs: bugs.to_string(),
         extra_args: Vec::new(),
         backend: Backend::Netns,
+        mode,
     })
     .await?;
     eprintln!(
-        "cluster of {nodes} up in {} ms (dir {})",
+        "cluster of {nodes} up in {} ms, {mode:?} (dir {})",
         ms(started.elapsed()),
         dir.path().display()
     );
@@ -298,11 +313,11 @@ impl LockState {
     }
 }
 
-/// An HTTP client for the tests' own long requests (waiting acquires): no proxy, a timeout
-/// longer than any wait.
-pub fn long_http() -> anyhow::Result<reqwest::Client> {
-    Ok(reqwest::Client::builder()
-        .no_proxy()
+/// An HTTP client for the tests' own long requests (waiting acquires) to `cluster`'s nodes:
+/// no proxy, the cluster's credentials, a timeout longer than any wait.
+pub fn long_http(cluster: &ProcCluster) -> anyhow::Result<reqwest::Client> {
+    Ok(cluster
+        .http_builder()?
         .timeout(Duration::from_millis(LONG_HTTP_TIMEOUT_MS))
         .build()?)
 }
@@ -380,8 +395,16 @@ impl HolderProc {
         let host = tc.add_client_host(name, octet)?;
         let log = std::fs::File::create(tc.dir.path().join(format!("holder-{name}.log")))?;
         let mut cmd = tc.net().command_in(&host, BIN.as_ref());
-        cmd.arg("holder")
-            .arg("--endpoints")
+        cmd.arg("holder");
+        if let Some(certs) = tc.certs() {
+            let client = certs.client();
+            cmd.arg("--cacert").arg(certs.ca_cert());
+            cmd.arg("--cert")
+                .arg(client.cert)
+                .arg("--key")
+                .arg(client.key);
+        }
+        cmd.arg("--endpoints")
             .arg(tc.endpoints().join(","))
             .args(["--lock", lock])
             .args(["--ttl-ms", &ttl_ms.to_string()])
@@ -612,7 +635,8 @@ impl Drop for LedgerServer {
 
 /// An HTTP/1.1 request written straight to a socket, so it is certainly queued at a node even
 /// when the node is frozen (the kernel accepts the connection and buffers the bytes); the answer
-/// is read later with [`RawRequest::answer`].
+/// is read later with [`RawRequest::answer`]. Plain HTTP only: a cluster from
+/// [`start_insecure_cluster`].
 pub struct RawRequest {
     stream: tokio::net::TcpStream,
 }
