@@ -16,7 +16,7 @@
 //! tenants choosing the same id never share a record, and a record counts against the quota of
 //! the principal its id names.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
@@ -171,12 +171,12 @@ pub struct AuthState {
     /// By token id.
     pub tokens: BTreeMap<String, Token>,
     /// The principal that granted each live lease (only leases granted under `As`).
-    pub lease_owners: BTreeMap<u64, String>,
+    pub lease_owners: crate::cow::Map<u64, String>,
     /// The principal that created each live key (only keys created under `As`).
-    pub key_owners: BTreeMap<String, String>,
+    pub key_owners: crate::cow::Map<String, String>,
     /// Derived from `lease_owners`: each principal's live leases.
     #[serde(skip)]
-    pub leases_by_owner: BTreeMap<String, BTreeSet<u64>>,
+    pub leases_by_owner: BTreeMap<String, crate::cow::Set<u64>>,
     /// Derived from `key_owners` and the request records' scoped ids.
     #[serde(skip)]
     pub usage: BTreeMap<String, Usage>,
@@ -405,8 +405,11 @@ impl State {
     /// The derived auth indexes as the encoded records say they must be.
     pub(crate) fn derived_auth(
         &self,
-    ) -> (BTreeMap<String, BTreeSet<u64>>, BTreeMap<String, Usage>) {
-        let mut leases_by_owner: BTreeMap<String, BTreeSet<u64>> = BTreeMap::new();
+    ) -> (
+        BTreeMap<String, crate::cow::Set<u64>>,
+        BTreeMap<String, Usage>,
+    ) {
+        let mut leases_by_owner: BTreeMap<String, crate::cow::Set<u64>> = BTreeMap::new();
         let mut usage: BTreeMap<String, Usage> = BTreeMap::new();
         for (lease_id, owner) in &self.auth.lease_owners {
             leases_by_owner

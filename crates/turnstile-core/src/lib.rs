@@ -11,6 +11,7 @@
 //!   a hold or wait lives, then a retry window, or gone at once when acknowledged).
 //! - [`auth`]: users, roles, tokens, ownership and quotas, judged in `apply` for `Command::As`.
 //! - [`invariants`]: cross-record checks, run after every apply in tests.
+//! - [`cow`]: the state's copy-on-write maps and sets (O(1) clone for snapshots and digests).
 //! - [`codec`]: versioned bincode encodings of entries and state, and the state digest.
 //!
 //! No I/O, clock, randomness or async here: time arrives inside entries (`Envelope::now_ms`),
@@ -23,6 +24,7 @@ mod auth_apply;
 pub mod bugs;
 pub mod codec;
 pub mod command;
+pub mod cow;
 pub mod deadlock;
 pub mod events;
 pub mod invariants;

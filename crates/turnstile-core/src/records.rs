@@ -185,7 +185,7 @@ impl State {
     }
 
     /// `grant_requests` as the records say it must be.
-    pub(crate) fn derived_grant_requests(&self) -> std::collections::BTreeSet<(u64, u64, String)> {
+    pub(crate) fn derived_grant_requests(&self) -> crate::cow::Set<(u64, u64, String)> {
         self.requests
             .iter()
             .filter(|(_, r)| r.lease_id.is_some())

@@ -1,11 +1,12 @@
 //! The replicated records. Everything is in ordered maps so that encoding the state is
 //! deterministic: two replicas that applied the same log encode to the same bytes.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeSet, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
 use crate::command::LockMode;
+use crate::cow;
 use crate::events::Event;
 use crate::response::Response;
 
@@ -18,25 +19,25 @@ pub struct State {
     pub sm_time_ms: u64,
     /// Chosen once by the first leader and replicated; travels with every token.
     pub cluster_id: Option<String>,
-    pub keys: BTreeMap<String, KeyRecord>,
-    pub leases: BTreeMap<u64, Lease>,
+    pub keys: cow::Map<String, KeyRecord>,
+    pub leases: cow::Map<u64, Lease>,
     /// `(deadline_ms, lease_id)` of every lease, so due leases are found without a scan.
-    pub lease_deadlines: BTreeSet<(u64, u64)>,
+    pub lease_deadlines: cow::Set<(u64, u64)>,
     /// Only locks with a holder or a waiter are stored; an idle lock is absent.
-    pub locks: BTreeMap<String, Lock>,
+    pub locks: cow::Map<String, Lock>,
     /// Queued acquires by waiter id (the acquire's request id).
-    pub tickets: BTreeMap<String, Ticket>,
-    pub counters: BTreeMap<String, i64>,
-    pub requests: BTreeMap<String, RequestRecord>,
+    pub tickets: cow::Map<String, Ticket>,
+    pub counters: cow::Map<String, i64>,
+    pub requests: cow::Map<String, RequestRecord>,
     /// `(expires_ms, request_id)` of records on the retry window (finished requests).
-    pub request_expiries: BTreeSet<(u64, String)>,
+    pub request_expiries: cow::Set<(u64, String)>,
     /// `(lease_id, token, request_id)` of every pinned acquire record whose grant is held, so
     /// the release of a hold finds its record without a scan. Derived from `requests`: not
     /// encoded, rebuilt by [`State::rebuild_derived`] after a decode.
     #[serde(skip)]
-    pub grant_requests: BTreeSet<(u64, u64, String)>,
+    pub grant_requests: cow::Set<(u64, u64, String)>,
     /// Watch history by `(revision, seq)`, bounded by `WATCH_HISTORY_EVENTS_MAX`.
-    pub events: BTreeMap<(u64, u32), Event>,
+    pub events: cow::Map<(u64, u32), Event>,
     /// Position of the newest event dropped from the history, if any.
     pub events_dropped_through: Option<(u64, u32)>,
     /// Users, roles, tokens, ownership (`crate::auth`). Encoded after the rest of the state
@@ -123,6 +124,21 @@ pub struct RequestRecord {
 }
 
 impl State {
+    /// Records the state holds, all kinds together: what a snapshot's cost is proportional
+    /// to. O(1).
+    pub fn records_count(&self) -> u64 {
+        let n = self.keys.len()
+            + self.leases.len()
+            + self.locks.len()
+            + self.tickets.len()
+            + self.counters.len()
+            + self.requests.len()
+            + self.events.len()
+            + self.auth.lease_owners.len()
+            + self.auth.key_owners.len();
+        n as u64
+    }
+
     /// True while the lease exists and is not due at the current `sm_time`.
     pub fn lease_is_live(&self, lease_id: u64) -> bool {
         self.leases

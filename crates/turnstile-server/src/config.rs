@@ -134,7 +134,8 @@ pub struct ServeArgs {
     pub tick_ms: Option<u64>,
     #[arg(long, env = "TURNSTILE_REQUEST_TIMEOUT_MS")]
     pub request_timeout_ms: Option<u64>,
-    /// Take a snapshot after this many entries since the last one.
+    /// Take a snapshot after at least this many entries since the last one; more when the
+    /// state holds more records (as many entries as records: docs/operations.md).
     #[arg(long, env = "TURNSTILE_SNAPSHOT_LOGS")]
     pub snapshot_logs: Option<u64>,
     /// Entries kept in the log behind a snapshot (for followers slightly behind).

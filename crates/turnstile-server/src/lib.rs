@@ -15,7 +15,8 @@
 //!   error-to-HTTP mapping; [`views`]: read models; [`proto`]: node-to-node messages.
 //! - [`backup`]: backup files and restoring a new cluster from one.
 //! - [`drain`]: the graceful stop's leader hand-over.
-//! - [`driver`]: leader ticks, expiry, cluster id; [`bootstrap`]: forming a new cluster.
+//! - [`driver`]: leader ticks, expiry, cluster id; [`bootstrap`]: forming a new cluster;
+//!   [`snapshot_policy`]: when to snapshot, by the state's size.
 //! - [`clock`]: the leader's monotonic `sm_time` source; [`waiters`]: queued acquires held
 //!   by this node.
 //! - [`metrics`]: `/metrics` (Prometheus), fed by apply, Raft, the log store and HTTP.
@@ -51,6 +52,7 @@ pub mod peer_api;
 pub mod proto;
 pub mod routing;
 pub mod serve;
+pub mod snapshot_policy;
 pub mod tls;
 pub mod views;
 pub mod waiters;

@@ -200,6 +200,7 @@ pub async fn start(
         tokio::spawn(driver::run(app.clone(), stop_rx.clone())),
         tokio::spawn(driver::run_deadlock_checks(app.clone(), stop_rx.clone())),
         tokio::spawn(crate::acks::run_flush(app.clone(), stop_rx.clone())),
+        tokio::spawn(crate::snapshot_policy::run(app.clone(), stop_rx.clone())),
         metrics.spawn_raft_watch(app.raft.clone(), stop_rx.clone()),
         tokio::spawn(bootstrap::run(app.clone(), stop_rx.clone())),
     ];
@@ -227,7 +228,8 @@ fn raft_config(cfg: &NodeConfig) -> Result<Config, StartError> {
         heartbeat_interval: cfg.heartbeat_ms,
         election_timeout_min: cfg.election_timeout_ms_min,
         election_timeout_max: cfg.election_timeout_ms_max,
-        snapshot_policy: SnapshotPolicy::LogsSinceLast(cfg.snapshot_logs),
+        // `snapshot_policy::run` decides, by the state's size (see there).
+        snapshot_policy: SnapshotPolicy::Never,
         max_in_snapshot_log_to_keep: cfg.snapshot_keep_logs,
         purge_batch_size: 256,
         install_snapshot_timeout: 10_000,

@@ -36,6 +36,41 @@ pub enum CertsCmd {
         #[arg(long)]
         user: String,
     },
+    /// Make whatever a whole cluster lacks: the CA, each --node's and each --client's
+    /// certificate. Files that exist are kept, so running it again changes nothing (the
+    /// compose file runs it on every `up`).
+    #[command(name = "create-cluster")]
+    Cluster {
+        /// Directory of the certificates (created mode 0700).
+        #[arg(long, env = "TURNSTILE_CERTS_DIR")]
+        certs_dir: PathBuf,
+        /// `ID=HOST[,HOST...]`: node ID and the addresses or names it is reached at
+        /// (repeatable).
+        #[arg(long = "node", value_parser = parse_node, required = true)]
+        nodes: Vec<(u64, Vec<String>)>,
+        /// A user to make a client certificate for (repeatable).
+        #[arg(long = "client")]
+        clients: Vec<String>,
+    },
+}
+
+/// Parses `ID=HOST[,HOST...]`.
+fn parse_node(arg: &str) -> Result<(u64, Vec<String>), String> {
+    let (id, hosts) = arg
+        .split_once('=')
+        .ok_or_else(|| format!("{arg:?} is not ID=HOST[,HOST...]"))?;
+    let id: u64 = id
+        .parse()
+        .map_err(|_| format!("{id:?} is not a node id (a positive integer)"))?;
+    let hosts: Vec<String> = hosts
+        .split(',')
+        .filter(|h| !h.is_empty())
+        .map(str::to_string)
+        .collect();
+    if hosts.is_empty() {
+        return Err(format!("node {id} has no host"));
+    }
+    Ok((id, hosts))
 }
 
 #[derive(Args)]
@@ -59,15 +94,38 @@ impl CommonArgs {
 
 pub fn run(cmd: CertsCmd) -> anyhow::Result<()> {
     let written = match &cmd {
-        CertsCmd::Ca(c) => certs::create_ca(&c.certs_dir, &c.options())?,
-        CertsCmd::Node { common, id, hosts } => {
-            certs::create_node(&common.certs_dir, *id, hosts, &common.options())?
-        }
-        CertsCmd::Client { common, user } => {
-            certs::create_client(&common.certs_dir, user, &common.options())?
+        CertsCmd::Ca(c) => vec![certs::create_ca(&c.certs_dir, &c.options())?],
+        CertsCmd::Node { common, id, hosts } => vec![certs::create_node(
+            &common.certs_dir,
+            *id,
+            hosts,
+            &common.options(),
+        )?],
+        CertsCmd::Client { common, user } => vec![certs::create_client(
+            &common.certs_dir,
+            user,
+            &common.options(),
+        )?],
+        CertsCmd::Cluster {
+            certs_dir,
+            nodes,
+            clients,
+        } => {
+            let want = certs::ClusterCerts {
+                nodes: nodes.clone(),
+                clients: clients.clone(),
+            };
+            let written = certs::ensure_cluster(certs_dir, &want)?;
+            if written.is_empty() {
+                println!(
+                    "{}: every certificate is there already",
+                    certs_dir.display()
+                );
+            }
+            written
         }
     };
-    print_written(&written);
+    written.iter().for_each(print_written);
     Ok(())
 }
 

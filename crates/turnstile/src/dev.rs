@@ -37,20 +37,15 @@ const DEV_USER: &str = "root";
 
 /// Makes the dev certificates under `dir` unless they are there from an earlier run.
 fn dev_certs(dir: &Path, nodes: u16) -> anyhow::Result<()> {
-    use turnstile_server::tls::certs::{self, CertOptions};
-    let opts = CertOptions::default();
-    if !certs::ca_paths(dir).cert.exists() {
-        certs::create_ca(dir, &opts)?;
-    }
-    let hosts = ["127.0.0.1".to_string(), "localhost".to_string()];
-    for id in 1..=u64::from(nodes) {
-        if !certs::node_paths(dir, id).cert.exists() {
-            certs::create_node(dir, id, &hosts, &opts)?;
-        }
-    }
-    if !certs::client_paths(dir, DEV_USER).cert.exists() {
-        certs::create_client(dir, DEV_USER, &opts)?;
-    }
+    use turnstile_server::tls::certs::{self, ClusterCerts};
+    let hosts = vec!["127.0.0.1".to_string(), "localhost".to_string()];
+    let want = ClusterCerts {
+        nodes: (1..=u64::from(nodes))
+            .map(|id| (id, hosts.clone()))
+            .collect(),
+        clients: vec![DEV_USER.to_string()],
+    };
+    certs::ensure_cluster(dir, &want)?;
     Ok(())
 }
 

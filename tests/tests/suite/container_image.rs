@@ -1,7 +1,10 @@
 //! The deployment files end to end on Docker. `deploy/build-image.sh` builds the FROM-scratch
 //! image (a static binary, nothing pulled), and `deploy/docker-compose.yml` starts a 3-node
-//! cluster from it on a private network. Through the ports published on 127.0.0.1 only, a
-//! lease and a lock are granted (token and cluster id checked). The leader's container is
+//! cluster from it on a private network, secure by default: its `certs` service made the
+//! certificates, which the test copies out of a node. Through the ports published on 127.0.0.1
+//! only, plain HTTP and a request without credentials are refused, every node's health check
+//! (a client certificate inside the container) turns healthy, and as root over HTTPS a lease
+//! and a lock are granted (token and cluster id checked). The leader's container is
 //! SIGKILLed; the survivors elect a leader, still hold the first lock and grant a new one. The
 //! killed node starts again on its named volume (written as uid 65534) and catches up. SIGTERM
 //! (`stop`) ends every node with status 0. A guard removes the project's containers, network
@@ -34,6 +37,8 @@ const SUBNET_TRIES_MAX: u32 = 20;
 const NOFILE_DEFAULT: u64 = 65_536;
 /// Deadline of one HTTP request to a node.
 const REQUEST_TIMEOUT_MS: u64 = 3_000;
+/// Where the nodes mount the `certs` volume.
+const CERTS_IN_CONTAINER: &str = "/certs";
 
 /// Runs a command; its stdout, or an error with its stderr.
 fn run(cmd: &mut Command) -> anyhow::Result<String> {
@@ -243,7 +248,7 @@ async fn call(
     path: &str,
     body: Option<Value>,
 ) -> anyhow::Result<(u16, Value)> {
-    let url = format!("http://{endpoint}{path}");
+    let url = format!("https://{endpoint}{path}");
     let rb = match body {
         Some(b) => http.post(&url).json(&b),
         None => http.get(&url),
@@ -347,6 +352,79 @@ fn stop_with_sigterm(project: &Project, ids: &[u64]) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Copies the certificates the `certs` service made out of node 1's container into `dir`.
+fn copy_certs(project: &Project, dir: &std::path::Path) -> anyhow::Result<()> {
+    let container = project.container(1)?;
+    run(Command::new("docker")
+        .arg("cp")
+        .arg(format!("{container}:{CERTS_IN_CONTAINER}/."))
+        .arg(dir))?;
+    Ok(())
+}
+
+/// An HTTPS client that trusts only the cluster's CA, as `user` (client certificate) or as
+/// no one.
+fn https_client(certs: &std::path::Path, user: Option<&str>) -> anyhow::Result<reqwest::Client> {
+    let ca = std::fs::read(certs.join("ca.crt")).context("ca.crt from the certs volume")?;
+    let mut b = reqwest::Client::builder()
+        .no_proxy()
+        .timeout(Duration::from_millis(REQUEST_TIMEOUT_MS))
+        .tls_built_in_root_certs(false)
+        .add_root_certificate(reqwest::Certificate::from_pem(&ca)?)
+        .https_only(true);
+    if let Some(user) = user {
+        let mut pem = std::fs::read(certs.join(format!("client-{user}.key")))?;
+        pem.extend(std::fs::read(certs.join(format!("client-{user}.crt")))?);
+        b = b.identity(reqwest::Identity::from_pem(&pem)?);
+    }
+    Ok(b.build()?)
+}
+
+/// Refusals a secure cluster owes: plain HTTP gets no answer a client could mistake for
+/// service, and HTTPS without a credential gets `401`.
+async fn check_refusals(certs: &std::path::Path, endpoint: &str) -> anyhow::Result<()> {
+    let plain = reqwest::Client::builder()
+        .no_proxy()
+        .timeout(Duration::from_millis(REQUEST_TIMEOUT_MS))
+        .build()?;
+    if let Ok(resp) = plain
+        .get(format!("http://{endpoint}/v1/cluster"))
+        .send()
+        .await
+    {
+        assert!(
+            !resp.status().is_success(),
+            "plain HTTP was served: {}",
+            resp.status()
+        );
+    }
+    let anonymous = https_client(certs, None)?;
+    let (code, v) = call(&anonymous, endpoint, "/v1/cluster", None).await?;
+    assert_eq!(code, 401, "no credential: {v}");
+    Ok(())
+}
+
+/// Waits until Docker calls every node's health check healthy.
+async fn healthy(project: &Project) -> anyhow::Result<()> {
+    let t = Instant::now();
+    let containers: Vec<String> = SERVICES
+        .iter()
+        .map(|&(id, _)| project.container(id))
+        .collect::<anyhow::Result<_>>()?;
+    wait_for("every node's health check to pass", || async {
+        containers
+            .iter()
+            .all(|c| {
+                run(Command::new("docker").args(["inspect", "-f", "{{.State.Health.Status}}", c]))
+                    .is_ok_and(|s| s == "healthy")
+            })
+            .then_some(())
+    })
+    .await?;
+    eprintln!("every node healthy after {} ms", t.elapsed().as_millis());
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn compose_cluster_from_the_image_grants_locks_and_survives_leader_loss() -> anyhow::Result<()>
 {
@@ -357,9 +435,9 @@ async fn compose_cluster_from_the_image_grants_locks_and_survives_leader_loss() 
     let _image = Image::build()?;
     let t = Instant::now();
     let project = Project::up(tool)?;
-    let http = reqwest::Client::builder()
-        .timeout(Duration::from_millis(REQUEST_TIMEOUT_MS))
-        .build()?;
+    let certs = tempfile::tempdir()?;
+    copy_certs(&project, certs.path())?;
+    let http = https_client(certs.path(), Some("root"))?;
     let eps = project.endpoints()?;
     let all: Vec<u64> = eps.keys().copied().collect();
     let (old_leader, old_term, cluster_id) = leader(&http, &eps, &all, 0).await?;
@@ -368,6 +446,8 @@ async fn compose_cluster_from_the_image_grants_locks_and_survives_leader_loss() 
         project.name,
         t.elapsed().as_millis()
     );
+    check_refusals(certs.path(), &eps[&old_leader]).await?;
+    healthy(&project).await?;
 
     // A lock through a follower, which forwards to the leader.
     let follower = *all

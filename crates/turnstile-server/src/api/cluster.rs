@@ -8,7 +8,6 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use serde_json::{json, Value};
-use turnstile_core::codec;
 
 use crate::app::App;
 use crate::identity::Phase;
@@ -16,15 +15,15 @@ use crate::identity::Phase;
 pub async fn cluster(State(app): State<Arc<App>>) -> Json<Value> {
     let m = app.raft.metrics().borrow_watched().clone();
     let members = crate::api::members::members_json(&app, &m);
-    // Digest and applied index are read under one lock, so they describe the same state.
-    let (cluster_id, applied_index, state_digest, sm_time_ms, records) = {
+    // Digest and applied index describe one state: a copy taken in O(1) under the state
+    // lock, encoded and hashed after it is released (and only once per applied index).
+    let (applied_index, state_digest) = app.sm.digest();
+    let (cluster_id, sm_time_ms, records) = {
         let inner = app.sm.read();
         let s = &inner.state;
         let windowed = s.request_expiries.len();
         (
             s.cluster_id.clone(),
-            s.applied_index,
-            codec::state_digest(s),
             s.sm_time_ms,
             json!({
                 "total": s.requests.len(),
@@ -47,6 +46,7 @@ pub async fn cluster(State(app): State<Arc<App>>) -> Json<Value> {
         "phase": app.phase(),
         "members": members,
         "last_snapshot_index": m.snapshot.map(|l| l.index),
+        "snapshots": app.sm.snapshot_history(),
         "log": {
             "first_index": m.purged.map_or(0, |p| p.index) + 1,
             "last_index": m.last_log_index,

@@ -33,7 +33,8 @@ pub fn sampled(app: &App, log: &SyncStatsHandle) -> Registry {
     let mut r = Registry::with_prefix(super::PREFIX);
     let raft = app.raft.metrics().borrow_watched().clone();
     raft_figures(&mut r, &raft);
-    state_figures(&mut r, &app.sm.read().state);
+    // An O(1) copy: the walk over every lock runs beside apply, not under its lock.
+    state_figures(&mut r, &app.sm.state());
     log_figures(&mut r, log);
     let fenced = app.stats.fenced_rejections.load(Ordering::Relaxed);
     r.register(

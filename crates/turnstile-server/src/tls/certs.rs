@@ -192,6 +192,35 @@ pub fn create_client(dir: &Path, user: &str, opts: &CertOptions) -> Result<CertP
     leaf(dir, params, &client_paths(dir, user), opts)
 }
 
+/// What one cluster needs: node `id` reachable at its hosts, and client users.
+#[derive(Debug, Clone, Default)]
+pub struct ClusterCerts {
+    pub nodes: Vec<(u64, Vec<String>)>,
+    pub clients: Vec<String>,
+}
+
+/// Makes, in `dir`, whatever of the CA, the nodes' and the clients' certificates is missing,
+/// and keeps every file that exists (a second run changes nothing; rotation is `overwrite` on
+/// the single commands). Returns what it wrote.
+pub fn ensure_cluster(dir: &Path, want: &ClusterCerts) -> Result<Vec<CertPaths>, CertsError> {
+    let opts = CertOptions::default();
+    let mut written = Vec::new();
+    if !ca_paths(dir).cert.exists() {
+        written.push(create_ca(dir, &opts)?);
+    }
+    for (id, hosts) in &want.nodes {
+        if !node_paths(dir, *id).cert.exists() {
+            written.push(create_node(dir, *id, hosts, &opts)?);
+        }
+    }
+    for user in &want.clients {
+        if !client_paths(dir, user).cert.exists() {
+            written.push(create_client(dir, user, &opts)?);
+        }
+    }
+    Ok(written)
+}
+
 /// Signs a leaf with the CA in `dir` and writes it.
 fn leaf(
     dir: &Path,
