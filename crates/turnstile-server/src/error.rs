@@ -37,6 +37,10 @@ pub enum ApiError {
     Unavailable(String),
     #[error("unauthenticated: {0}")]
     Unauthenticated(String),
+    /// A server bug (an outcome or answer that cannot follow from the request): `500`, so
+    /// that it is never mistaken for the client's fault and is retried or reported.
+    #[error("internal error: {0}")]
+    Internal(String),
 }
 
 #[derive(Serialize)]
@@ -74,6 +78,7 @@ impl ApiError {
             ApiError::MemberRefused(_) => (S::CONFLICT, "membership_refused"),
             ApiError::Unavailable(_) => (S::SERVICE_UNAVAILABLE, "unavailable"),
             ApiError::Unauthenticated(_) => (S::UNAUTHORIZED, "unauthenticated"),
+            ApiError::Internal(_) => (S::INTERNAL_SERVER_ERROR, "internal"),
         }
     }
 }

@@ -114,16 +114,14 @@ impl App {
     }
 }
 
-/// Unexpected outcome for the command sent: a bug, reported without panicking.
+/// Unexpected outcome for the command sent: a bug, reported without panicking, as `500`.
 pub fn unexpected(outcome: &Outcome) -> ApiError {
     tracing::error!(?outcome, "unexpected outcome");
-    ApiError::Apply(ApplyError::Invalid {
-        reason: "unexpected outcome".into(),
-    })
+    ApiError::Internal("unexpected outcome for this request (a server bug; logged)".into())
 }
 
-/// A read answered with the wrong kind of view: a bug, reported without panicking.
+/// A read answered with the wrong kind of view: a bug, reported without panicking, as `500`.
 pub fn unexpected_answer(answer: &ReadAnswer) -> ApiError {
     tracing::error!(?answer, "unexpected read answer");
-    ApiError::NotFound("unexpected read answer".into())
+    ApiError::Internal("unexpected answer to this read (a server bug; logged)".into())
 }
