@@ -40,6 +40,8 @@ pub struct App {
     phase: RwLock<Phase>,
     /// Watch streams and waiting requests per principal on this node (`crate::auth`).
     pub node_usage: crate::auth::NodeUsage,
+    /// `/readyz`'s probe and its newest result (`crate::readiness`).
+    pub readiness: crate::readiness::ReadyProbe,
 }
 
 /// Counters of API events that are not Raft's (read by `/metrics` and `/v1/cluster`).
@@ -76,6 +78,7 @@ impl App {
             draining: Default::default(),
             phase: RwLock::new(phase),
             node_usage: Default::default(),
+            readiness: Default::default(),
         };
         app.raft.runtime_config().elect(phase.may_vote());
         app

@@ -14,7 +14,7 @@
 //! - [`api`]: client HTTP handlers; [`peer_api`]: `/raft/*` handlers; [`error`]: the one
 //!   error-to-HTTP mapping; [`views`]: read models; [`proto`]: node-to-node messages.
 //! - [`backup`]: backup files and restoring a new cluster from one.
-//! - [`drain`]: the graceful stop's leader hand-over.
+//! - [`drain`]: the graceful stop's leader hand-over; [`readiness`]: what `/readyz` checks.
 //! - [`driver`]: leader ticks, expiry, cluster id; [`bootstrap`]: forming a new cluster;
 //!   [`snapshot_policy`]: when to snapshot, by the state's size.
 //! - [`clock`]: the leader's monotonic `sm_time` source; [`waiters`]: queued acquires held
@@ -50,6 +50,7 @@ pub mod metrics;
 pub mod node;
 pub mod peer_api;
 pub mod proto;
+pub mod readiness;
 pub mod routing;
 pub mod serve;
 pub mod snapshot_policy;

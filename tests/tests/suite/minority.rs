@@ -1,11 +1,33 @@
 //! Minority refusal: a node (or two of five) cut off from the majority answers `no_quorum`,
-//! grants nothing and serves no stale holder, while the majority moves the lock on. After
-//! healing, every node reports the same state digest at the same applied index.
+//! grants nothing and serves no stale holder, while the majority moves the lock on. Its
+//! `/readyz` turns `503 no_quorum` (a cut-off leader's too), while the majority's stays 200.
+//! After healing, every node is ready again and reports the same state digest at the same
+//! applied index.
 
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use turnstile_tests::{token, Cluster};
+use turnstile_tests::{token, wait_for, Cluster};
+
+/// Waits until node `id`'s `/readyz` answers `code` (and, for 503, `reason`); the ms it took.
+async fn readyz_becomes(
+    c: &Cluster,
+    id: u64,
+    code: u16,
+    reason: Option<&str>,
+) -> anyhow::Result<u128> {
+    let started = Instant::now();
+    wait_for(
+        &format!("node {id}'s /readyz to answer {code} {reason:?}"),
+        || async {
+            let (got, v) = c.get(id, "/readyz").await.ok()?;
+            let matches = got == code && v["reason"].as_str() == reason;
+            matches.then_some(())
+        },
+    )
+    .await?;
+    Ok(started.elapsed().as_millis())
+}
 
 /// Cuts `minority` off, checks it refuses, and that the majority (through `majority_node`)
 /// moves the lock on. Returns the ms the minority took to refuse a write.
@@ -21,6 +43,10 @@ async fn cut_and_check(
     let (code, v) = c.acquire(majority_node, &contested, lease).await?;
     assert_eq!(code, 200, "{v}");
     let t_before = token(&v)?;
+    // Control: every node is ready before the cut.
+    for id in c.running() {
+        readyz_becomes(c, id, 200, None).await?;
+    }
 
     c.partition(minority);
     // Writes on the minority side: after the old leader lease runs out, 503 no_quorum; never a
@@ -51,6 +77,13 @@ async fn cut_and_check(
         );
     }
 
+    // Not ready where nothing can be served; the majority stays ready.
+    for &m in minority {
+        let ms = readyz_becomes(c, m, 503, Some("no_quorum")).await?;
+        println!("node {m} cut off: /readyz 503 no_quorum after {ms} ms more");
+    }
+    readyz_becomes(c, majority_node, 200, None).await?;
+
     // The majority moves the lock on.
     let (code, v) = c
         .post(
@@ -68,6 +101,9 @@ async fn cut_and_check(
 
     c.heal();
     let (applied, digest) = c.converged().await?;
+    for id in c.running() {
+        readyz_becomes(c, id, 200, None).await?;
+    }
     println!(
         "minority {minority:?} refused after {refusal_ms} ms; converged at {applied} ({digest})"
     );

@@ -10,7 +10,6 @@ use axum::Json;
 use serde_json::{json, Value};
 
 use crate::app::App;
-use crate::identity::Phase;
 
 pub async fn cluster(State(app): State<Arc<App>>) -> Json<Value> {
     let m = app.raft.metrics().borrow_watched().clone();
@@ -84,20 +83,22 @@ pub async fn healthz() -> Json<Value> {
     Json(json!({"ok": true}))
 }
 
-/// Ready when this node is a member and knows a leader.
+/// Ready when this node can serve a linearizable request now (`crate::readiness`); otherwise
+/// 503 with the reason.
 pub async fn readyz(State(app): State<Arc<App>>) -> (StatusCode, Json<Value>) {
-    let leader = app.current_leader();
-    // A grant must carry a cluster id, so a node is ready only once the cluster has one.
-    let has_cluster_id = app.sm.read().state.cluster_id.is_some();
-    let draining = app.draining.load(Ordering::Relaxed);
-    let ready = app.phase() == Phase::Member && leader.is_some() && has_cluster_id && !draining;
-    let status = if ready {
+    let result = app.readiness.check(&app).await;
+    let status = if result.is_ok() {
         StatusCode::OK
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
-    (
-        status,
-        Json(json!({"ready": ready, "phase": app.phase(), "leader_id": leader})),
-    )
+    let mut body = json!({
+        "ready": result.is_ok(),
+        "phase": app.phase(),
+        "leader_id": app.current_leader(),
+    });
+    if let Err(reason) = result {
+        body["reason"] = json!(reason);
+    }
+    (status, Json(body))
 }
