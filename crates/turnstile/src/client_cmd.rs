@@ -188,9 +188,12 @@ impl Guards {
 pub enum LeaseCmd {
     /// Grant a lease and print its id.
     Grant {
-        /// Time to live (1s to 1h).
-        #[arg(value_parser = duration_arg::parse)]
-        ttl: Duration,
+        /// Time to live (1s to 1h), as `lease grant 10s` or `lease grant --ttl 10s`.
+        #[arg(value_parser = duration_arg::parse, required_unless_present = "ttl_flag", conflicts_with = "ttl_flag")]
+        ttl: Option<Duration>,
+        /// The same as the positional TTL (`turnstile lock` takes `--ttl` too).
+        #[arg(long = "ttl", id = "ttl_flag", value_parser = duration_arg::parse, value_name = "TTL")]
+        ttl_flag: Option<Duration>,
     },
     /// Keep a lease alive (every TTL/3) until interrupted, or once with --once.
     Keepalive {
@@ -309,13 +312,17 @@ pub async fn kv(args: &ClientArgs, cmd: KvCmd) -> anyhow::Result<i32> {
 pub async fn lease(args: &ClientArgs, cmd: LeaseCmd) -> anyhow::Result<i32> {
     let client = args.client()?;
     let result = match cmd {
-        LeaseCmd::Grant { ttl } => client.grant_lease(ttl).await.map(|g| {
-            if args.json {
-                return print_json(&g);
-            }
-            println!("lease {} granted (ttl {} ms)", g.lease_id, g.ttl_ms);
-            Ok(())
-        }),
+        LeaseCmd::Grant { ttl, ttl_flag } => {
+            // clap makes exactly one of the two present.
+            let ttl = ttl.or(ttl_flag).unwrap_or_default();
+            client.grant_lease(ttl).await.map(|g| {
+                if args.json {
+                    return print_json(&g);
+                }
+                println!("lease {} granted (ttl {} ms)", g.lease_id, g.ttl_ms);
+                Ok(())
+            })
+        }
         LeaseCmd::Keepalive { id, once } => return keepalive(args, &client, id, once).await,
         LeaseCmd::Revoke { id } => client.revoke_lease(id).await.map(|w| {
             if args.json {

@@ -66,6 +66,20 @@ async fn backup_restore_and_member_commands() -> anyhow::Result<()> {
     let a = format!("127.0.0.1:{}", free_port()?);
     let mut a_proc = start_server(&a_dir, &a)?;
     wait_for_leader(&mut a_proc, &http, &format!("http://{a}"), &a_dir).await?;
+    // The TTL is positional or `--ttl`, as docs/api.md writes it; never both.
+    for args in [
+        &["lease", "grant", "10s"][..],
+        &["lease", "grant", "--ttl", "10s"],
+    ] {
+        let granted = cli_json(&a, args)?;
+        assert_eq!(granted["ttl_ms"], 10_000, "{args:?}: {granted}");
+    }
+    let both = cli(&a, &["lease", "grant", "5s", "--ttl", "10s"])?;
+    assert_eq!(
+        both.status.code(),
+        Some(2),
+        "a TTL given twice is a usage error"
+    );
     let lease = post(
         &http,
         &format!("http://{a}/v1/leases"),
