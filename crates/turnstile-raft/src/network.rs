@@ -128,6 +128,8 @@ pub struct PeerClient {
     pool_idle: Duration,
     identity: PeerIdentity,
     faults: Faults,
+    /// Which peers stopped answering: logged once per outage (`crate::peer_health`).
+    health: Arc<crate::peer_health::PeerHealth>,
 }
 
 impl PeerClient {
@@ -149,6 +151,7 @@ impl PeerClient {
             pool_idle,
             identity,
             faults,
+            health: Default::default(),
         })
     }
 
@@ -236,6 +239,28 @@ impl PeerClient {
 
     /// One bincode RPC: `POST path` with `req`, answered by `Result<Resp, String>`.
     pub async fn rpc<Req, Resp>(
+        &self,
+        peer: NodeId,
+        addr: &str,
+        path: &str,
+        req: &Req,
+        timeout: Duration,
+    ) -> Result<Resp, PeerError>
+    where
+        Req: Serialize,
+        Resp: DeserializeOwned,
+    {
+        let result = self.rpc_once(peer, addr, path, req, timeout).await;
+        self.health.observe(peer, &result);
+        result
+    }
+
+    /// Peers that stopped answering this node's calls (and have not answered since).
+    pub fn peers_down(&self) -> Vec<NodeId> {
+        self.health.down()
+    }
+
+    async fn rpc_once<Req, Resp>(
         &self,
         peer: NodeId,
         addr: &str,

@@ -80,9 +80,15 @@ enum Cmd {
     Auth(auth_cmd::AuthCmd),
 }
 
+/// The log filter without `TURNSTILE_LOG`. openraft's heartbeat and replication loops warn on
+/// every failed call to a cut peer (hundreds a minute); the peer network logs each outage once
+/// instead (`turnstile_raft::peer_health`), so those two modules log errors only.
+const DEFAULT_LOG_FILTER: &str =
+    "info,openraft=warn,openraft::core::heartbeat=error,openraft::replication=error";
+
 fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("TURNSTILE_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openraft=warn"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(DEFAULT_LOG_FILTER));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
