@@ -377,6 +377,29 @@ async fn bad_input_gets_4xx_and_changes_nothing() -> anyhow::Result<()> {
             "bad_request",
         ),
         (M::GET, "/v1/watch?bogus=1".into(), None, 400, "bad_request"),
+        // Query parameters on routes that take none are refused, not ignored.
+        (
+            M::GET,
+            "/v1/locks/a?holders=1".into(),
+            None,
+            400,
+            "bad_request",
+        ),
+        (M::GET, "/v1/kv/a?prefix=".into(), None, 400, "bad_request"),
+        (
+            M::POST,
+            "/v1/leases?ttl_ms=10000".into(),
+            Some(r#"{"ttl_ms": 10000}"#.to_string()),
+            400,
+            "bad_request",
+        ),
+        (
+            M::GET,
+            "/v1/cluster?verbose=1".into(),
+            None,
+            400,
+            "bad_request",
+        ),
     ];
     let cases: Vec<_> = cases.into_iter().chain(extra).collect();
     let http = reqwest::Client::new();

@@ -86,6 +86,8 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/v1/members/{id}/promote", post(members::promote))
         .route("/v1/admin/snapshot", post(admin::snapshot))
         .route("/v1/admin/backup", get(admin::backup))
+        .layer(middleware::from_fn(refuse_query))
+        // Outermost: who is calling is settled before anything about the request is judged.
         .layer(middleware::from_fn_with_state(
             app.clone(),
             crate::auth::layer,
@@ -128,6 +130,46 @@ async fn serving_gate(State(app): State<Arc<App>>, req: Request, next: Next) -> 
         app.node_id()
     );
     ApiError::NotMember(msg).into_response()
+}
+
+/// The only route that takes query parameters (its own are checked by `watch::WatchQuery`).
+const QUERY_ROUTE: &str = "/v1/watch";
+/// Parameter names quoted in the refusal, and the bytes of each.
+const QUERY_NAMES_QUOTED_MAX: usize = 4;
+const QUERY_NAME_BYTES_QUOTED_MAX: usize = 64;
+
+/// Every route but `/v1/watch` refuses query parameters with `400 bad_request` instead of
+/// ignoring them, as docs/api.md promises: a misplaced field (`?wait_ms=`) or something this
+/// version does not do (`/v1/kv/a?prefix=`) must not be answered as if it were not there.
+async fn refuse_query(req: Request, next: Next) -> Response {
+    let uri = req.uri();
+    let Some(query) = uri.query().filter(|q| !q.is_empty()) else {
+        return next.run(req).await;
+    };
+    if uri.path() == QUERY_ROUTE {
+        return next.run(req).await;
+    }
+    let names: Vec<String> = query
+        .split('&')
+        .take(QUERY_NAMES_QUOTED_MAX)
+        .map(|pair| {
+            let name = pair.split('=').next().unwrap_or_default();
+            let cut = (0..=name.len().min(QUERY_NAME_BYTES_QUOTED_MAX))
+                .rev()
+                .find(|&i| name.is_char_boundary(i))
+                .unwrap_or(0);
+            name[..cut].to_string()
+        })
+        .collect();
+    ApiError::BadRequest(format!(
+        "{} takes no query parameters (got: {})",
+        uri.path()
+            .chars()
+            .take(QUERY_NAME_BYTES_QUOTED_MAX)
+            .collect::<String>(),
+        names.join(", ")
+    ))
+    .into_response()
 }
 
 async fn not_found() -> ApiError {
