@@ -10,6 +10,7 @@ mod codec;
 mod disk;
 mod flusher;
 pub mod histogram;
+mod purger;
 #[cfg(test)]
 mod tests;
 
@@ -118,6 +119,9 @@ pub enum LogStoreError {
     /// The flusher thread could not be started.
     #[error("cannot start the log flusher thread: {source}")]
     SpawnFlusher { source: io::Error },
+    /// The purge thread could not be started.
+    #[error("cannot start the log purge thread: {source}")]
+    SpawnPurger { source: io::Error },
 }
 
 /// Durability counters of one store, shared by all its clones.
@@ -152,6 +156,8 @@ pub struct SledLogStore<C: RaftTypeConfig> {
 }
 
 struct Shared<C: RaftTypeConfig> {
+    /// Deletes purged entries beside the log (`purger.rs`); dropped first, which stops it.
+    purger: purger::Purger,
     /// Dropping it (with the last clone) runs a final sync of anything queued and joins the
     /// thread, so a clean shutdown acknowledges every append it accepted.
     flusher: Flusher<C>,
@@ -160,7 +166,7 @@ struct Shared<C: RaftTypeConfig> {
     /// Held (never across an await) while a write reaches sled and its waiter is queued, so the
     /// flusher's queue order is the order writes hit the log. A std mutex suffices: the section
     /// is short and synchronous.
-    write_order: Mutex<()>,
+    write_order: Arc<Mutex<()>>,
     counters: Arc<SyncCounters>,
 }
 
@@ -198,11 +204,15 @@ impl<C: RaftTypeConfig> SledLogStore<C> {
         let counters = Arc::new(SyncCounters::default());
         let flusher = Flusher::spawn(db, db_file, Arc::clone(&counters))
             .map_err(|source| LogStoreError::SpawnFlusher { source })?;
+        let write_order = Arc::new(Mutex::new(()));
+        let purger = purger::Purger::spawn(log.clone(), Arc::clone(&write_order))
+            .map_err(|source| LogStoreError::SpawnPurger { source })?;
         let shared = Shared {
+            purger,
             flusher,
             log,
             meta,
-            write_order: Mutex::new(()),
+            write_order,
             counters,
         };
         let store = Self {
@@ -354,9 +364,15 @@ impl<C: RaftTypeConfig> RaftLogStorage<C> for SledLogStore<C> {
 
     async fn get_log_state(&mut self) -> Result<LogState<C>, io::Error> {
         let last_purged_log_id: Option<LogIdOf<C>> = self.read_meta(KEY_LAST_PURGED)?;
-        let last_log_id = match self.shared.log.last()? {
+        let last_entry = match self.shared.log.last()? {
             Some((_key, value)) => Some(decode::<C::Entry>(&value)?.log_id()),
-            None => last_purged_log_id.clone(),
+            None => None,
+        };
+        // The purge thread may not have deleted everything at or below `last_purged` yet.
+        let last_log_id = match (last_entry, last_purged_log_id.clone()) {
+            (Some(entry), Some(purged)) if purged.index() > entry.index() => Some(purged),
+            (Some(entry), _) => Some(entry),
+            (None, purged) => purged,
         };
         Ok(LogState {
             last_purged_log_id,
@@ -432,13 +448,15 @@ impl<C: RaftTypeConfig> RaftLogStorage<C> for SledLogStore<C> {
         }
     }
 
-    /// Makes `last_purged` durable FIRST, then deletes [0, log_id.index]. The other order could
-    /// leave, after a crash, a log whose first entries are gone while nothing says they were
-    /// purged: a hole to openraft. A deletion lost in a crash is finished by `open`.
+    /// Makes `last_purged` durable FIRST, then has [0, log_id.index] deleted. The other order
+    /// could leave, after a crash, a log whose first entries are gone while nothing says they
+    /// were purged: a hole to openraft. The deletion runs on the purge thread (`purger.rs`), so
+    /// a large purge does not stall openraft's core; one lost in a crash is finished by `open`.
     async fn purge(&mut self, log_id: LogIdOf<C>) -> Result<(), io::Error> {
         tracing::debug!(log_id = %log_id, "log purge");
         self.insert_meta_durable(KEY_LAST_PURGED, &log_id).await?;
-        self.delete_range(..=log_id.index())
+        self.shared.purger.purge_through(log_id.index());
+        Ok(())
     }
 }
 

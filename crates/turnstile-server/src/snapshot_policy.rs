@@ -1,5 +1,5 @@
 //! When to take a snapshot: after as many entries as the state holds records, and never
-//! fewer than `--snapshot-logs`.
+//! fewer than `--snapshot-logs`, staggered between replicas.
 //!
 //! A snapshot costs time proportional to the state (every record is walked, encoded and
 //! written), so a fixed "every N entries" makes the snapshot work per entry grow with the
@@ -22,9 +22,12 @@ use crate::app::App;
 pub const SNAPSHOT_POLICY_CHECK_MS: u64 = 200;
 
 /// Entries to wait for since the newest snapshot (or the last build asked for) before the
-/// next one: the state's records, at least `min_entries`.
-pub fn entries_due(records: u64, min_entries: u64) -> u64 {
-    records.max(min_entries)
+/// next one: the state's records, at least `min_entries`, plus a node-dependent eighth per
+/// step (`node_id % 4` steps). Every replica holds the same state and log, so without the
+/// stagger all of them would snapshot at the same entry and compete for the CPU together.
+pub fn entries_due(records: u64, min_entries: u64, node_id: u64) -> u64 {
+    let base = records.max(min_entries);
+    base + base / 8 * (node_id % 4)
 }
 
 /// Runs until `stop`: asks openraft for a snapshot when [`entries_due`] entries have been
@@ -50,7 +53,7 @@ pub async fn run(app: Arc<App>, mut stop: watch::Receiver<bool>) {
         };
         let records = app.sm.read().state.records_count();
         let since = applied.saturating_sub(snapshot.max(asked_at));
-        if since < entries_due(records, app.cfg.snapshot_logs) {
+        if since < entries_due(records, app.cfg.snapshot_logs, app.node_id()) {
             continue;
         }
         tracing::debug!(applied, snapshot, records, "snapshot due");
@@ -68,8 +71,14 @@ mod tests {
 
     #[test]
     fn waits_for_as_many_entries_as_records_and_at_least_the_minimum() {
-        assert_eq!(entries_due(0, 10_000), 10_000);
-        assert_eq!(entries_due(9_999, 10_000), 10_000);
-        assert_eq!(entries_due(1_000_000, 10_000), 1_000_000);
+        assert_eq!(entries_due(0, 10_000, 4), 10_000);
+        assert_eq!(entries_due(9_999, 10_000, 4), 10_000);
+        assert_eq!(entries_due(1_000_000, 10_000, 4), 1_000_000);
+    }
+
+    #[test]
+    fn replicas_are_staggered() {
+        let due: Vec<u64> = (1..=3).map(|id| entries_due(800_000, 10_000, id)).collect();
+        assert_eq!(due, vec![900_000, 1_000_000, 1_100_000]);
     }
 }

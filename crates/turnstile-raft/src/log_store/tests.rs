@@ -64,6 +64,28 @@ async fn indexes(store: &mut Store) -> io::Result<Vec<u64>> {
         .collect())
 }
 
+/// The stored indexes once the purge thread has deleted everything at or below `purged`
+/// (polled: the deletion runs beside `purge`, see `purger.rs`).
+async fn indexes_after_purge(store: &mut Store, purged: u64) -> anyhow::Result<Vec<u64>> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    // The raw tree, not a read of the whole log: a read across keys being deleted can see a
+    // hole, which openraft never meets (it reads only above `last_purged`).
+    loop {
+        let first = match store.shared.log.first()? {
+            Some((key, _)) => Some(super::codec::key_index(&key)?),
+            None => None,
+        };
+        if first.is_none_or(|first| first > purged) {
+            return Ok(indexes(store).await?);
+        }
+        anyhow::ensure!(
+            std::time::Instant::now() < deadline,
+            "entries at or below {purged} still stored from {first:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+}
+
 async fn log_state(store: &mut Store) -> io::Result<(Option<u64>, Option<u64>)> {
     let state = store.get_log_state().await?;
     let index = |id: Option<LogIdOf<TestConfig>>| id.map(|id| id.index());
@@ -109,12 +131,17 @@ async fn append_read_truncate_purge() -> anyhow::Result<()> {
     );
 
     store.purge(log_id::<TestConfig>(1, 1, 3)).await?;
-    assert_eq!(indexes(&mut store).await?, (4..=9).collect::<Vec<_>>());
     assert_eq!(log_state(&mut store).await?, (Some(3), Some(9)));
+    assert_eq!(
+        indexes_after_purge(&mut store, 3).await?,
+        (4..=9).collect::<Vec<_>>()
+    );
 
-    // An empty log reports the last purged id as its last id.
+    // An empty log reports the last purged id as its last id, whether or not the purge
+    // thread has deleted the entries yet.
     store.purge(log_id::<TestConfig>(3, 1, 9)).await?;
-    assert_eq!(indexes(&mut store).await?, Vec::<u64>::new());
+    assert_eq!(log_state(&mut store).await?, (Some(9), Some(9)));
+    assert_eq!(indexes_after_purge(&mut store, 9).await?, Vec::<u64>::new());
     assert_eq!(log_state(&mut store).await?, (Some(9), Some(9)));
 
     store.truncate_after(None).await?;
@@ -324,6 +351,47 @@ async fn open_finishes_an_interrupted_purge() -> anyhow::Result<()> {
     let mut store = Store::open(dir.path())?;
     assert_eq!(indexes(&mut store).await?, vec![6, 7, 8]);
     assert_eq!(log_state(&mut store).await?, (Some(5), Some(8)));
+    Ok(())
+}
+
+/// A purge of many entries returns once `last_purged` is durable; the deletion follows in
+/// batches beside appends, which go on meanwhile, and the store reports the right state
+/// throughout. Dropping the store mid-purge releases the directory, and `open` finishes.
+#[tokio::test]
+async fn a_large_purge_runs_beside_appends() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let total = 3 * super::purger::PURGE_KEYS_PER_BATCH as u64 + 17;
+    {
+        let mut store = Store::open(dir.path())?;
+        for chunk in (1..=total).collect::<Vec<_>>().chunks(1_000) {
+            let (first, last) = (chunk[0], chunk[chunk.len() - 1]);
+            append_durable(&mut store, entries(1, first..=last)).await?;
+        }
+        store.purge(log_id::<TestConfig>(1, 1, total - 2)).await?;
+        append_durable(&mut store, entries(2, total + 1..=total + 3)).await?;
+        assert_eq!(
+            log_state(&mut store).await?,
+            (Some(total - 2), Some(total + 3))
+        );
+        assert_eq!(
+            indexes_after_purge(&mut store, total - 2).await?,
+            (total - 1..=total + 3).collect::<Vec<_>>()
+        );
+        // A second large purge, and the store dropped while it may still run.
+        append_durable(&mut store, entries(2, total + 4..=total + 9_000)).await?;
+        store
+            .purge(log_id::<TestConfig>(2, 1, total + 8_990))
+            .await?;
+    }
+    let mut store = Store::open(dir.path())?;
+    assert_eq!(
+        indexes(&mut store).await?,
+        (total + 8_991..=total + 9_000).collect::<Vec<_>>()
+    );
+    assert_eq!(
+        log_state(&mut store).await?,
+        (Some(total + 8_990), Some(total + 9_000))
+    );
     Ok(())
 }
 

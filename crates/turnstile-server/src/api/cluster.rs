@@ -16,7 +16,16 @@ pub async fn cluster(State(app): State<Arc<App>>) -> Json<Value> {
     let members = crate::api::members::members_json(&app, &m);
     // Digest and applied index describe one state: a copy taken in O(1) under the state
     // lock, encoded and hashed after it is released (and only once per applied index).
-    let (applied_index, state_digest) = app.sm.digest();
+    // Hashing a large state takes tens of ms of CPU: off the async workers.
+    let sm = app.sm.clone();
+    let (applied_index, state_digest) = match tokio::task::spawn_blocking(move || sm.digest()).await
+    {
+        Ok(digest) => digest,
+        Err(e) => {
+            tracing::error!(error = %e, "the state digest task failed");
+            (app.sm.read().state.applied_index, String::new())
+        }
+    };
     let (cluster_id, sm_time_ms, records) = {
         let inner = app.sm.read();
         let s = &inner.state;
