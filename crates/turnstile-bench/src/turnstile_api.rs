@@ -290,6 +290,19 @@ impl TurnstileApi {
             .is_ok()
     }
 
+    /// The leader this node knows, from `GET /readyz` (answered whether ready or not). Unlike
+    /// `/v1/cluster`, which encodes and hashes the whole state for its digest, it costs the
+    /// node the same at any state size, so finding the leader does not load a large node.
+    pub async fn leader_id(&self) -> anyhow::Result<Option<u64>> {
+        let answer = self
+            .exchange(reqwest::Method::GET, "/readyz", None, &[])
+            .await?;
+        if answer.body.get("leader_id").is_none() {
+            bail!("/readyz: HTTP {}: no leader_id", answer.status);
+        }
+        Ok(answer.body.get("leader_id").and_then(Value::as_u64))
+    }
+
     /// This node's `/v1/cluster` view.
     pub async fn view(&self) -> anyhow::Result<NodeView> {
         let v = self

@@ -164,8 +164,11 @@ impl TurnstileCluster {
     pub async fn leader(&self) -> anyhow::Result<usize> {
         let mut leader = None;
         for i in self.live() {
-            let view = self.api(i).view().await?;
-            let id = view.leader_id.context("a node knows no leader")?;
+            let id = self
+                .api(i)
+                .leader_id()
+                .await?
+                .context("a node knows no leader")?;
             if leader.is_some_and(|l| l != id) {
                 bail!("nodes disagree on the leader");
             }
