@@ -223,6 +223,36 @@ impl TurnstileCluster {
             .collect()
     }
 
+    /// CPU time node `node` has used, in ms.
+    pub fn cpu_ms(&self, node: usize) -> anyhow::Result<u64> {
+        self.nodes[node].cpu_ms()
+    }
+
+    /// Each node's log size now: where [`TurnstileCluster::count_in_logs`] starts.
+    pub fn log_lens(&self) -> Vec<u64> {
+        self.nodes.iter().map(NodeProcess::log_len).collect()
+    }
+
+    /// For each of `needles`, the log lines of all nodes between two readings of
+    /// [`TurnstileCluster::log_lens`] that contain it.
+    pub fn count_in_logs(
+        &self,
+        from: &[u64],
+        to: &[u64],
+        needles: &[&str],
+    ) -> anyhow::Result<Vec<u64>> {
+        let mut total = vec![0; needles.len()];
+        for ((node, &start), &end) in self.nodes.iter().zip(from).zip(to) {
+            for (t, n) in total
+                .iter_mut()
+                .zip(node.count_in_log(start, end, needles)?)
+            {
+                *t += n;
+            }
+        }
+        Ok(total)
+    }
+
     /// Fails if a node that was not killed has died.
     pub fn check_running(&mut self) -> anyhow::Result<()> {
         for n in self.nodes.iter_mut().filter(|n| !n.is_killed()) {
