@@ -1,8 +1,11 @@
 //! `Cluster`: a running 3-node cluster of either system, behind one interface the workloads
-//! use: start, the leader, clients bound to a node, kill a node, resident memory, catch-up.
-//! Also `RunDirs`, which names each cluster's directory inside the run's temp dir.
+//! use: start, the leader, clients bound to a node, kill a node, resident memory, catch-up,
+//! each node's leader and term. Also `RunDirs`, which names each cluster's directory inside the
+//! run's temp dir.
 
 use std::path::{Path, PathBuf};
+
+use anyhow::Context;
 
 use crate::client::Client;
 use crate::cluster_certs::ClusterCerts;
@@ -10,7 +13,7 @@ use crate::etcd_api::EtcdApi;
 use crate::etcd_cluster::EtcdCluster;
 use crate::plan::{Plan, System, Transport, ETCD_CONNECTIONS_MIN, ETCD_WORKERS_PER_CONNECTION_MAX};
 use crate::scratch_dir::ScratchDir;
-use crate::turnstile_api::TurnstileApi;
+use crate::turnstile_api::{NodeView, TurnstileApi};
 use crate::turnstile_cluster::TurnstileCluster;
 
 /// The run's temp dir (removed at the end of the run) and a counter naming cluster dirs in it.
@@ -46,6 +49,24 @@ impl RunDirs {
             .path()
             .join(format!("{:02}-{tag}", self.clusters_started));
         ScratchDir::create(path, self.keep_logs_in.clone())
+    }
+}
+
+/// What one node says of the leadership: the leader it knows (its own numbering: Turnstile's
+/// node id, etcd's member id) and its term.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Leadership {
+    pub leader: Option<u64>,
+    pub term: u64,
+}
+
+impl Leadership {
+    /// What a Turnstile node's `/v1/cluster` says.
+    pub fn of(view: &NodeView) -> anyhow::Result<Leadership> {
+        Ok(Leadership {
+            leader: view.leader_id,
+            term: view.term.context("/v1/cluster reports no term")?,
+        })
     }
 }
 
@@ -162,6 +183,30 @@ impl Cluster {
         match self {
             Cluster::Turnstile(c) => c.check_running(),
             Cluster::Etcd(c) => c.check_running(),
+        }
+    }
+
+    /// The leader and term every live node reports, in node order.
+    pub async fn leadership(&mut self) -> anyhow::Result<Vec<Leadership>> {
+        match self {
+            Cluster::Turnstile(c) => c.views().await?.iter().map(Leadership::of).collect(),
+            Cluster::Etcd(c) => Ok(c
+                .statuses()
+                .await?
+                .into_iter()
+                .map(|s| Leadership {
+                    leader: (s.leader != 0).then_some(s.leader),
+                    term: s.raft_term,
+                })
+                .collect()),
+        }
+    }
+
+    /// The Turnstile cluster, for what only Turnstile exposes (None for etcd).
+    pub fn as_turnstile(&self) -> Option<&TurnstileCluster> {
+        match self {
+            Cluster::Turnstile(c) => Some(c),
+            Cluster::Etcd(_) => None,
         }
     }
 

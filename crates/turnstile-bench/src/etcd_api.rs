@@ -33,6 +33,7 @@ pub struct EtcdHeld {
 pub struct EtcdStatus {
     pub member_id: u64,
     pub leader: u64,
+    pub raft_term: u64,
     pub raft_applied_index: u64,
 }
 
@@ -171,6 +172,7 @@ impl EtcdApi {
         Ok(EtcdStatus {
             member_id: s.header().map_or(0, |h| h.member_id()),
             leader: s.leader(),
+            raft_term: s.raft_term(),
             raft_applied_index: s.raft_applied_index(),
         })
     }

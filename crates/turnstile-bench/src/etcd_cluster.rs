@@ -181,7 +181,7 @@ impl EtcdCluster {
     }
 
     /// Status of every live member, in member order.
-    async fn statuses(&mut self) -> anyhow::Result<Vec<EtcdStatus>> {
+    pub async fn statuses(&mut self) -> anyhow::Result<Vec<EtcdStatus>> {
         let mut out = Vec::new();
         for i in self.live() {
             out.push(self.status(i).await?);

@@ -10,7 +10,9 @@
 //! - `turnstile_cluster`, `etcd_cluster`, `cluster`: starting, inspecting and killing nodes;
 //! - `cluster_certs`: the CA and certificates of a TLS cluster (`--transport tls`);
 //! - `turnstile_api`, `etcd_api`, `client`, `sse`: the requests the workloads make;
-//! - `workloads`: W1..W7; `tally`, `measure`: histograms and figures;
+//! - `workloads`: W1..W8 (W8: W1 on an empty state, then again after preloading 50,000 held
+//!   locks and 200,000 keys, with leader checks and Turnstile's snapshot cost); `tally`,
+//!   `measure`: histograms and figures;
 //! - `limit`: the sequential-commit limit (fdatasync and loopback round trip);
 //! - `machine`, `report`, `runner`: machine facts, the table, the run;
 //! - `soak`: the soak, its samples, verdicts and report.

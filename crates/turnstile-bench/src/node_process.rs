@@ -12,6 +12,12 @@ use anyhow::{bail, Context};
 
 /// Bytes of a node's log shown when it fails to start or dies.
 const LOG_TAIL_BYTES: u64 = 4_096;
+/// Most bytes of a node's log one [`NodeProcess::count_in_log`] reads: nodes log at `warn`,
+/// so even a window full of peer failures writes far less.
+const LOG_SCAN_BYTES_MAX: u64 = 256 * 1024 * 1024;
+/// Clock ticks per second of `/proc/<pid>/stat`'s CPU times (`USER_HZ`, which Linux fixes at
+/// 100 on every architecture it reports to user space with).
+const USER_HZ: u64 = 100;
 
 /// A running server process owned by the harness.
 pub struct NodeProcess {
@@ -100,6 +106,31 @@ impl NodeProcess {
         parse_vm_rss_bytes(&status).with_context(|| format!("no VmRSS line in {path}"))
     }
 
+    /// CPU time the process has used, all threads, user and system, in ms (10 ms steps).
+    pub fn cpu_ms(&self) -> anyhow::Result<u64> {
+        let path = format!("/proc/{}/stat", self.pid());
+        let stat = std::fs::read_to_string(&path).with_context(|| format!("cannot read {path}"))?;
+        parse_cpu_ms(&stat).with_context(|| format!("no CPU times in {path}"))
+    }
+
+    /// The node's log size now, in bytes (0 if it cannot be read): where a later
+    /// [`NodeProcess::count_in_log`] starts.
+    pub fn log_len(&self) -> u64 {
+        std::fs::metadata(&self.log).map_or(0, |m| m.len())
+    }
+
+    /// For each of `needles`, the log lines written between byte `from` and byte `to` (two
+    /// [`NodeProcess::log_len`]s) that contain it; at most [`LOG_SCAN_BYTES_MAX`] bytes are read.
+    pub fn count_in_log(&self, from: u64, to: u64, needles: &[&str]) -> anyhow::Result<Vec<u64>> {
+        let mut f =
+            File::open(&self.log).with_context(|| format!("cannot open {}", self.log.display()))?;
+        f.seek(SeekFrom::Start(from))?;
+        let mut buf = Vec::new();
+        f.take(to.saturating_sub(from).min(LOG_SCAN_BYTES_MAX))
+            .read_to_end(&mut buf)?;
+        Ok(count_lines(&String::from_utf8_lossy(&buf), needles))
+    }
+
     /// The last few KiB of the node's log, for error messages.
     pub fn log_tail(&self) -> String {
         read_tail(&self.log)
@@ -120,6 +151,25 @@ fn read_tail(path: &Path) -> std::io::Result<String> {
     let mut buf = Vec::new();
     f.read_to_end(&mut buf)?;
     Ok(String::from_utf8_lossy(&buf).into_owned())
+}
+
+/// For each needle, the lines of `text` that contain it.
+fn count_lines(text: &str, needles: &[&str]) -> Vec<u64> {
+    needles
+        .iter()
+        .map(|n| text.lines().filter(|l| l.contains(n)).count() as u64)
+        .collect()
+}
+
+/// utime + stime of a `/proc/<pid>/stat` line, in ms. The fields are counted after the last
+/// `)`, since the command name before it may hold spaces and parentheses.
+fn parse_cpu_ms(stat: &str) -> Option<u64> {
+    let after_name = &stat[stat.rfind(')')? + 1..];
+    // Fields 3 (state) onwards; utime and stime are fields 14 and 15.
+    let mut fields = after_name.split_whitespace().skip(11);
+    let utime: u64 = fields.next()?.parse().ok()?;
+    let stime: u64 = fields.next()?.parse().ok()?;
+    Some((utime + stime) * 1_000 / USER_HZ)
 }
 
 /// `VmRSS:  12345 kB` → bytes.
@@ -153,6 +203,22 @@ mod tests {
         let status = "Name:\tetcd\nVmPeak:\t  9000 kB\nVmRSS:\t   1234 kB\nThreads: 9\n";
         assert_eq!(parse_vm_rss_bytes(status), Some(1234 * 1024));
         assert_eq!(parse_vm_rss_bytes("Name: x\n"), None);
+    }
+
+    #[test]
+    fn cpu_times_and_log_lines_are_read() {
+        let stat = "4242 (turnstile (x) y) S 1 4242 4242 0 -1 4194560 100 0 0 0 250 37 0 0 20 0";
+        assert_eq!(parse_cpu_ms(stat), Some(2_870));
+        assert_eq!(parse_cpu_ms("4242 (short) S 1"), None);
+        let log = "WARN a failed to send a heartbeat: peer 2 did not answer in time\n\
+                   WARN b did not answer in time\nINFO c\n";
+        assert_eq!(
+            count_lines(
+                log,
+                &["failed to send a heartbeat", "did not answer in time", "x"]
+            ),
+            vec![1, 2, 0]
+        );
     }
 
     #[test]

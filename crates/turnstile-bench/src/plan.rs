@@ -28,6 +28,21 @@ pub const W7_HOLDER_TTL_MS: u64 = 2_000;
 pub const W6_LOCKS_PER_LEASE: usize = 1_000;
 /// Clients that take W6's locks concurrently.
 pub const W6_CLIENTS: usize = 64;
+/// W1 clients of W8's two runs (empty and loaded state): the 64.
+pub const W8_CLIENTS: usize = 64;
+/// Locks one lease holds in W8's preload, as in W6.
+pub const W8_LOCKS_PER_LEASE: usize = W6_LOCKS_PER_LEASE;
+/// Size of each value W8's preload puts, in bytes.
+pub const W8_VALUE_BYTES: usize = 64;
+/// TTL of the leases holding W8's preloaded locks: an hour (Turnstile's longest TTL), so that
+/// they outlive the preload, three snapshots and both runs even on a slow, shared machine.
+pub const W8_LEASE_TTL_MS: u64 = 3_600_000;
+/// Longest one W8 preload (the locks, or the keys) may take before the workload fails: at
+/// etcd's W6 pace (about 3,000 locks/s) 50,000 locks take 17 s; this allows a hundred times
+/// slower and still ends.
+pub const W8_PRELOAD_S_MAX: u64 = 1_800;
+/// Interval of the preload's progress lines on stderr.
+pub const W8_PROGRESS_MS: u64 = 2_000;
 /// Interval between W5's writes.
 pub const W5_WRITE_INTERVAL_MS: u64 = 25;
 /// How long W5 watchers keep reading after the last write, for its deliveries to arrive.
@@ -132,10 +147,11 @@ pub enum Workload {
     W5,
     W6,
     W7,
+    W8,
 }
 
 impl Workload {
-    pub const ALL: [Workload; 7] = [
+    pub const ALL: [Workload; 8] = [
         Workload::W1,
         Workload::W2,
         Workload::W3,
@@ -143,6 +159,7 @@ impl Workload {
         Workload::W5,
         Workload::W6,
         Workload::W7,
+        Workload::W8,
     ];
 
     pub fn name(self) -> &'static str {
@@ -154,6 +171,7 @@ impl Workload {
             Workload::W5 => "W5",
             Workload::W6 => "W6",
             Workload::W7 => "W7",
+            Workload::W8 => "W8",
         }
     }
 }
@@ -172,7 +190,7 @@ pub struct Args {
     /// Systems to measure, comma-separated: turnstile, etcd.
     #[arg(long, default_value = "turnstile,etcd")]
     pub systems: String,
-    /// Workloads to run, comma-separated: w1..w7, or all.
+    /// Workloads to run, comma-separated: w1..w8, or all.
     #[arg(long, default_value = "all")]
     pub workloads: String,
     /// Transports, comma-separated: plain, tls (TLS with client certificates on both
@@ -302,6 +320,10 @@ pub struct Plan {
     pub w5_watchers: Vec<usize>,
     pub w6_locks: usize,
     pub w7_trials: usize,
+    /// Held locks W8 preloads (each with its pinned request record).
+    pub w8_locks: usize,
+    /// Keys W8 preloads, of [`W8_VALUE_BYTES`] each.
+    pub w8_keys: usize,
     pub fsync_samples: usize,
     pub rtt_samples: usize,
     pub out: PathBuf,
@@ -350,6 +372,8 @@ impl Plan {
             w5_watchers: if q { vec![1, 10] } else { vec![1, 100, 1_000] },
             w6_locks: if q { 1_000 } else { 50_000 },
             w7_trials: if q { 1 } else { 3 },
+            w8_locks: if q { 1_000 } else { 50_000 },
+            w8_keys: if q { 4_000 } else { 200_000 },
             fsync_samples: if q { 50 } else { 500 },
             rtt_samples: if q { 200 } else { 2_000 },
             out: args.out,
@@ -438,7 +462,7 @@ fn parse_workloads(s: &str) -> anyhow::Result<Vec<Workload>> {
         let w = Workload::ALL
             .into_iter()
             .find(|w| w.name().eq_ignore_ascii_case(part))
-            .with_context(|| format!("unknown workload {part:?} in --workloads (w1..w7, all)"))?;
+            .with_context(|| format!("unknown workload {part:?} in --workloads (w1..w8, all)"))?;
         out.push(w);
     }
     out.sort();
@@ -467,8 +491,9 @@ mod tests {
             parse_workloads("w3,W1").expect("valid"),
             vec![Workload::W1, Workload::W3]
         );
-        assert_eq!(parse_workloads("all").expect("valid").len(), 7);
-        assert!(parse_workloads("w8").is_err());
+        assert_eq!(parse_workloads("all").expect("valid").len(), 8);
+        assert_eq!(parse_workloads("w8").expect("valid"), vec![Workload::W8]);
+        assert!(parse_workloads("w9").is_err());
     }
 
     #[test]

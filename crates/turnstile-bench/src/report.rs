@@ -294,11 +294,22 @@ pub fn count(n: u64) -> String {
     out
 }
 
-fn cell(c: Option<Cell>) -> String {
+/// Units whose figures are whole numbers (W8's checks and record counts), shown as counts.
+const COUNT_UNITS: [&str; 2] = ["count", "records"];
+
+/// A figure in its unit: a count as `1,234` or `0`, anything else by [`num`].
+fn value(v: f64, unit: &str) -> String {
+    if COUNT_UNITS.contains(&unit) && v >= 0.0 && v < u64::MAX as f64 {
+        return count(v.round() as u64);
+    }
+    num(v)
+}
+
+fn cell(c: Option<Cell>, unit: &str) -> String {
     match c {
         None => "n/a".into(),
-        Some(c) if c.errors > 0 => format!("{} ({} err)", num(c.value), c.errors),
-        Some(c) => num(c.value),
+        Some(c) if c.errors > 0 => format!("{} ({} err)", value(c.value, unit), c.errors),
+        Some(c) => value(c.value, unit),
     }
 }
 
@@ -333,8 +344,8 @@ fn table(rows: &[Row]) -> String {
             workload,
             r.label,
             r.unit,
-            cell(r.turnstile),
-            cell(r.etcd),
+            cell(r.turnstile, r.unit),
+            cell(r.etcd, r.unit),
             ratio(r.ratio),
             r.note
         );
@@ -369,11 +380,11 @@ fn tls_cost_table(rows: &[Row]) -> String {
             t.workload,
             t.label,
             t.unit,
-            cell(p.turnstile),
-            cell(t.turnstile),
+            cell(p.turnstile, t.unit),
+            cell(t.turnstile, t.unit),
             ratio(tls_over_plain(t.turnstile, p.turnstile)),
-            cell(p.etcd),
-            cell(t.etcd),
+            cell(p.etcd, t.unit),
+            cell(t.etcd, t.unit),
             ratio(tls_over_plain(t.etcd, p.etcd)),
         );
     }
@@ -495,5 +506,8 @@ mod tests {
         assert_eq!(count(0), "0");
         assert_eq!(count(999), "999");
         assert_eq!(count(1_234_567), "1,234,567");
+        assert_eq!(value(0.0, "count"), "0");
+        assert_eq!(value(12_345.0, "records"), "12,345");
+        assert_eq!(value(0.0, "ms"), "0.000");
     }
 }

@@ -11,6 +11,9 @@ use crate::plan::REQUEST_MS_MAX;
 
 /// Added to a waiting acquire's `wait_ms` for the client-side timeout of its request.
 const WAIT_MARGIN_MS: u64 = 5_000;
+/// Client-side timeout of `POST /v1/admin/snapshot`: the server itself gives a snapshot 30 s
+/// to be written, then purges the log behind it.
+const ADMIN_SNAPSHOT_MS_MAX: u64 = 60_000;
 
 /// Calls to one Turnstile node. Cloning shares the connection pool.
 #[derive(Clone)]
@@ -51,16 +54,45 @@ pub struct RequestRecords {
     pub windowed: u64,
 }
 
+/// The newest snapshot's figures in `/v1/cluster` `snapshots.last` (turnstile-raft's
+/// `SnapshotStats`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+pub struct SnapshotStats {
+    /// Last log index it covers.
+    pub index: u64,
+    /// Records of the state it holds (keys, leases, locks, request records, ...).
+    pub records: u64,
+    pub bytes: u64,
+    /// CPU time of the node's snapshot thread: walk, encode, checksum and write.
+    pub cpu_ms: u64,
+    pub wall_ms: u64,
+}
+
+/// `snapshots` of `/v1/cluster`: snapshots this node built since it started, and the newest.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+pub struct SnapshotHistory {
+    pub built: u64,
+    pub cpu_ms_total: u64,
+    pub last: Option<SnapshotStats>,
+}
+
 /// What `/v1/cluster` says about this node.
 #[derive(Clone, Copy, Debug)]
 pub struct NodeView {
     pub leader_id: Option<u64>,
+    /// `None` from a server too old to report it.
+    pub term: Option<u64>,
     pub applied_index: u64,
+    /// The first index the log still holds (everything below is in the snapshot); `None`
+    /// from a server too old to report it.
+    pub log_first_index: Option<u64>,
     pub log: LogCounters,
     /// `None` from a server too old to report them.
     pub request_records: Option<RequestRecords>,
     /// Acknowledged ids the node dropped (its queue was full); `None` from an older server.
     pub acks_dropped: Option<u64>,
+    /// `None` from a server too old to report them.
+    pub snapshots: Option<SnapshotHistory>,
 }
 
 /// A `/v1` answer as it came: the status, and the body as JSON (`null` if empty or not JSON).
@@ -290,6 +322,19 @@ impl TurnstileApi {
             .is_ok()
     }
 
+    /// The leader this node knows, from `GET /readyz` (answered whether ready or not). Unlike
+    /// `/v1/cluster`, which encodes and hashes the whole state for its digest, it costs the
+    /// node the same at any state size, so finding the leader does not load a large node.
+    pub async fn leader_id(&self) -> anyhow::Result<Option<u64>> {
+        let answer = self
+            .exchange(reqwest::Method::GET, "/readyz", None, &[])
+            .await?;
+        if answer.body.get("leader_id").is_none() {
+            bail!("/readyz: HTTP {}: no leader_id", answer.status);
+        }
+        Ok(answer.body.get("leader_id").and_then(Value::as_u64))
+    }
+
     /// This node's `/v1/cluster` view.
     pub async fn view(&self) -> anyhow::Result<NodeView> {
         let v = self
@@ -303,9 +348,18 @@ impl TurnstileApi {
                 windowed: r.get("windowed")?.as_u64()?,
             })
         });
+        let snapshots = match v.get("snapshots") {
+            None => None,
+            Some(h) => Some(
+                serde_json::from_value(h.clone())
+                    .with_context(|| format!("/v1/cluster: unexpected snapshots: {h}"))?,
+            ),
+        };
         Ok(NodeView {
             leader_id: v.get("leader_id").and_then(Value::as_u64),
+            term: v.get("term").and_then(Value::as_u64),
             applied_index: field_u64(&v, "applied_index")?,
+            log_first_index: log.get("first_index").and_then(Value::as_u64),
             log: LogCounters {
                 append_batches: field_u64(log, "append_batches")?,
                 entries_appended: field_u64(log, "entries_appended")?,
@@ -314,12 +368,109 @@ impl TurnstileApi {
             },
             request_records,
             acks_dropped: v.get("acks_dropped").and_then(Value::as_u64),
+            snapshots,
         })
     }
+
+    /// `POST /v1/admin/snapshot`: this node writes a snapshot of everything it has applied
+    /// (root only when authentication is on). Returns the snapshot's last index.
+    pub async fn admin_snapshot(&self) -> anyhow::Result<u64> {
+        let v = self
+            .send(
+                reqwest::Method::POST,
+                "/v1/admin/snapshot",
+                None,
+                ADMIN_SNAPSHOT_MS_MAX,
+            )
+            .await?;
+        field_u64(&v, "last_snapshot_index")
+    }
+
+    /// `GET /metrics` as text (Prometheus text format).
+    pub async fn metrics_text(&self) -> anyhow::Result<String> {
+        let resp = self
+            .http
+            .get(format!("{}/metrics", self.base))
+            .timeout(Duration::from_millis(REQUEST_MS_MAX))
+            .send()
+            .await
+            .context("/metrics")?;
+        if !resp.status().is_success() {
+            bail!("/metrics: HTTP {}", resp.status().as_u16());
+        }
+        resp.text().await.context("/metrics: body")
+    }
+}
+
+/// The sum over label sets of the samples of `name` in Prometheus text (a counter is read as
+/// `{name}_total` if the exposition names it so, else as `name`); `None` if it has no sample.
+pub fn metric_sum(text: &str, name: &str) -> Option<f64> {
+    sum_samples(text, &format!("{name}_total")).or_else(|| sum_samples(text, name))
+}
+
+fn sum_samples(text: &str, name: &str) -> Option<f64> {
+    let mut sum = None;
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let Some(rest) = line.strip_prefix(name) else {
+            continue;
+        };
+        // Past the labels, if any: the last `}` closes them (a label value may hold spaces).
+        let rest = match rest.strip_prefix('{') {
+            Some(labels) => match labels.rfind('}') {
+                Some(end) => &labels[end + 1..],
+                None => continue,
+            },
+            None if rest.starts_with(' ') => rest,
+            None => continue,
+        };
+        if let Some(v) = rest
+            .split_whitespace()
+            .next()
+            .and_then(|v| v.parse::<f64>().ok())
+        {
+            sum = Some(sum.unwrap_or(0.0) + v);
+        }
+    }
+    sum
 }
 
 fn field_u64(v: &Value, name: &str) -> anyhow::Result<u64> {
     v.get(name)
         .and_then(Value::as_u64)
         .with_context(|| format!("answer has no integer {name:?}: {v}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metric_samples_are_summed_over_labels_and_names_match_whole() {
+        let text = "# HELP raft_leader_changes Leader changes.\n\
+                    # TYPE raft_leader_changes counter\n\
+                    raft_leader_changes_total 2\n\
+                    raft_leader_changes_totally 9\n\
+                    raft_vote_requests_total{from=\"a b\"} 3\n\
+                    raft_vote_requests_total{from=\"c\"} 4 1700000000\n\
+                    raft_heartbeats 5\n";
+        assert_eq!(metric_sum(text, "raft_leader_changes"), Some(2.0));
+        assert_eq!(metric_sum(text, "raft_vote_requests"), Some(7.0));
+        assert_eq!(metric_sum(text, "raft_heartbeats"), Some(5.0));
+        assert_eq!(metric_sum(text, "raft_missing"), None);
+    }
+
+    #[test]
+    fn snapshot_history_parses_as_the_server_writes_it() {
+        let h: SnapshotHistory = serde_json::from_value(json!({
+            "built": 2, "cpu_ms_total": 30,
+            "last": {"index": 812, "records": 1000, "bytes": 65536, "cpu_ms": 20, "wall_ms": 25}
+        }))
+        .expect("valid");
+        assert_eq!(h.built, 2);
+        assert_eq!(h.last.map(|l| l.records), Some(1_000));
+        let empty: SnapshotHistory =
+            serde_json::from_value(json!({"built": 0, "cpu_ms_total": 0, "last": null}))
+                .expect("valid");
+        assert_eq!(empty.last, None);
+    }
 }

@@ -20,8 +20,12 @@ pub const NODES: usize = 3;
 /// Shared secret of the bench clusters' peer RPCs (loopback only; with TLS, peers also
 /// authenticate by certificate).
 const CLUSTER_SECRET: &str = "turnstile-bench-cluster-secret";
-/// Log filter of the nodes: warnings only, so logging costs nothing measurable.
-const NODE_LOG_FILTER: &str = "warn,openraft=error";
+/// Log filter of the nodes: warnings only, so logging costs nothing measurable. openraft's
+/// own warnings are off but for its heartbeat worker and replication streams, which warn only
+/// when an RPC to a peer fails (`failed to send a heartbeat`, `did not answer in time`): a
+/// healthy cluster writes none, and they are how W8 tells a missed heartbeat.
+const NODE_LOG_FILTER: &str =
+    "warn,openraft=error,openraft::core::heartbeat=warn,openraft::replication=warn";
 /// Interval of the readiness and catch-up polls.
 const POLL_MS: u64 = 50;
 
@@ -160,8 +164,11 @@ impl TurnstileCluster {
     pub async fn leader(&self) -> anyhow::Result<usize> {
         let mut leader = None;
         for i in self.live() {
-            let view = self.api(i).view().await?;
-            let id = view.leader_id.context("a node knows no leader")?;
+            let id = self
+                .api(i)
+                .leader_id()
+                .await?
+                .context("a node knows no leader")?;
             if leader.is_some_and(|l| l != id) {
                 bail!("nodes disagree on the leader");
             }
@@ -185,13 +192,16 @@ impl TurnstileCluster {
         Ok(out)
     }
 
-    /// Waits until every live node has applied the same index, with a deadline.
+    /// Waits until every live node has applied at least the highest index any of them had
+    /// applied when the wait began, with a deadline. Not "the same index": with leases alive
+    /// the leader proposes a tick every 500 ms, and on a large state a round of `/v1/cluster`
+    /// reads (each encodes and hashes the whole state) may outlast a tick.
     pub async fn wait_caught_up(&self) -> anyhow::Result<()> {
         let deadline = Instant::now() + Duration::from_millis(CLUSTER_START_MS_MAX);
+        let target = self.views().await?.iter().map(|v| v.applied_index).max();
         loop {
             let views = self.views().await?;
-            let first = views.first().map(|v| v.applied_index);
-            if views.iter().all(|v| Some(v.applied_index) == first) {
+            if views.iter().all(|v| Some(v.applied_index) >= target) {
                 return Ok(());
             }
             if Instant::now() > deadline {
@@ -211,6 +221,36 @@ impl TurnstileCluster {
             .into_iter()
             .map(|i| self.nodes[i].rss_bytes())
             .collect()
+    }
+
+    /// CPU time node `node` has used, in ms.
+    pub fn cpu_ms(&self, node: usize) -> anyhow::Result<u64> {
+        self.nodes[node].cpu_ms()
+    }
+
+    /// Each node's log size now: where [`TurnstileCluster::count_in_logs`] starts.
+    pub fn log_lens(&self) -> Vec<u64> {
+        self.nodes.iter().map(NodeProcess::log_len).collect()
+    }
+
+    /// For each of `needles`, the log lines of all nodes between two readings of
+    /// [`TurnstileCluster::log_lens`] that contain it.
+    pub fn count_in_logs(
+        &self,
+        from: &[u64],
+        to: &[u64],
+        needles: &[&str],
+    ) -> anyhow::Result<Vec<u64>> {
+        let mut total = vec![0; needles.len()];
+        for ((node, &start), &end) in self.nodes.iter().zip(from).zip(to) {
+            for (t, n) in total
+                .iter_mut()
+                .zip(node.count_in_log(start, end, needles)?)
+            {
+                *t += n;
+            }
+        }
+        Ok(total)
     }
 
     /// Fails if a node that was not killed has died.

@@ -118,7 +118,7 @@ fn quick_run_against_turnstile_completes_every_workload() {
         "{json:#}"
     );
     let entries = json["entries"].as_array().expect("entries");
-    for w in ["W1", "W2", "W3", "W4", "W5", "W6", "W7"] {
+    for w in ["W1", "W2", "W3", "W4", "W5", "W6", "W7", "W8"] {
         let ops: u64 = entries
             .iter()
             .filter(|e| e["workload"] == w && e["system"] == "turnstile")

@@ -7,7 +7,10 @@
 //! - `w4_cas`: compare-and-set writes on distinct keys;
 //! - `w5_watch`: write-to-delivery latency at 1/100/1,000 watchers;
 //! - `w6_memory`: resident memory before and after holding 50,000 locks;
-//! - `w7_recovery`: leader killed → next grant, holder killed → waiter's grant.
+//! - `w7_recovery`: leader killed → next grant, holder killed → waiter's grant;
+//! - `w8_large_state`: W1 at 64 clients on an empty state and again after preloading 50,000
+//!   held locks and 200,000 keys; leader stability, and (Turnstile) the cost of a snapshot as
+//!   the state grows. Its parts: `w8_preload`, `w8_stability`, `w8_snapshot_cost`.
 
 pub mod common;
 mod w1_uncontended;
@@ -17,6 +20,10 @@ mod w4_cas;
 mod w5_watch;
 mod w6_memory;
 mod w7_recovery;
+mod w8_large_state;
+mod w8_preload;
+mod w8_snapshot_cost;
+mod w8_stability;
 
 use crate::cluster::{Cluster, RunDirs};
 use crate::measure::Measure;
@@ -77,5 +84,6 @@ pub async fn run(w: Workload, ctx: &mut Ctx<'_>) -> anyhow::Result<Outcome> {
         Workload::W5 => w5_watch::run(ctx).await,
         Workload::W6 => w6_memory::run(ctx).await,
         Workload::W7 => w7_recovery::run(ctx).await,
+        Workload::W8 => w8_large_state::run(ctx).await,
     }
 }
