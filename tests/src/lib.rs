@@ -249,6 +249,11 @@ impl Cluster {
         std::fs::remove_dir_all(self.data_dir(id)).context("wipe")
     }
 
+    /// Node `id`'s shared context (its Raft handle, state, config), while it runs.
+    pub fn app(&self, id: u64) -> Option<std::sync::Arc<turnstile_server::app::App>> {
+        self.nodes.get(&id).map(|n| n.app.clone())
+    }
+
     pub fn running(&self) -> Vec<u64> {
         self.nodes.keys().copied().collect()
     }

@@ -431,6 +431,17 @@ impl RaftNetworkV2<TypeConfig> for PeerNetwork {
         self.call("/raft/vote", &rpc, &option).await
     }
 
+    /// PreVote (on: `node.rs`): would `target` vote for this node at the next term? Nothing is
+    /// persisted on either side. Every failure is an error, never a grant: openraft's default
+    /// for this method makes a grant up, which would turn PreVote into a no-op.
+    async fn pre_vote(
+        &mut self,
+        rpc: VoteRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
+        self.call(PRE_VOTE_PATH, &rpc, &option).await
+    }
+
     /// A leader stepping down (graceful stop) asks `target` to campaign at once.
     async fn transfer_leader(
         &mut self,
@@ -457,6 +468,8 @@ impl RaftNetworkV2<TypeConfig> for PeerNetwork {
 
 /// Path of the leader-transfer RPC.
 pub const TRANSFER_LEADER_PATH: &str = "/raft/transfer-leader";
+/// Path of the PreVote RPC.
+pub const PRE_VOTE_PATH: &str = "/raft/pre-vote";
 
 /// The body of `/raft/snapshot`: the leader's vote, the snapshot meta and the file bytes.
 pub type SnapshotRequest = (Vote, SnapshotMeta, Vec<u8>);

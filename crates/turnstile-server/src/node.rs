@@ -233,6 +233,9 @@ fn raft_config(cfg: &NodeConfig) -> Result<Config, StartError> {
         max_in_snapshot_log_to_keep: cfg.snapshot_keep_logs,
         purge_batch_size: 256,
         install_snapshot_timeout: 10_000,
+        // A node coming back from a partition asks before it campaigns, so its inflated term
+        // does not depose a healthy leader (`/raft/pre-vote`; docs/architecture.md).
+        enable_pre_vote: Some(true),
         ..Default::default()
     };
     config

@@ -37,7 +37,7 @@ use crate::membership::{ADMIT_PATH, PREPARE_JOIN_PATH};
 use crate::proto::{MemberOp, ProposeRequest, ReadQuery, MEMBER_PATH, PROPOSE_PATH, READ_PATH};
 use crate::tls::peer_check::{self, KnownMembers};
 use crate::tls::ClientCert;
-use turnstile_raft::network::TRANSFER_LEADER_PATH;
+use turnstile_raft::network::{PRE_VOTE_PATH, TRANSFER_LEADER_PATH};
 
 /// Path answering who this node is; used by cluster formation and start-up checks.
 pub const IDENTITY_PATH: &str = "/raft/identity";
@@ -68,6 +68,7 @@ pub fn router(app: Arc<App>) -> Router {
     Router::new()
         .route("/raft/append", post(append))
         .route("/raft/vote", post(vote))
+        .route(PRE_VOTE_PATH, post(pre_vote))
         .route(TRANSFER_LEADER_PATH, post(transfer_leader))
         .route("/raft/snapshot", post(snapshot))
         .route(PROPOSE_PATH, post(propose))
@@ -273,6 +274,22 @@ async fn vote(State(app): State<Arc<App>>, body: Bytes) -> Response {
     }
     match decode(&body) {
         Ok(req) => reply(app.raft.vote(req).await),
+        Err(r) => *r,
+    }
+}
+
+/// A PreVote request: answered by the same rules as a vote, persisting nothing, and refused
+/// by a node that may not vote (an empty node's grant could start an election it should not).
+async fn pre_vote(State(app): State<Arc<App>>, body: Bytes) -> Response {
+    if !app.phase().may_vote() {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not voting: node awaits (re)admission",
+        )
+            .into_response();
+    }
+    match decode(&body) {
+        Ok(req) => reply(app.raft.pre_vote(req).await),
         Err(r) => *r,
     }
 }

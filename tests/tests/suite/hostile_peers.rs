@@ -184,6 +184,7 @@ async fn hostile_peer_requests_leave_every_node_up() -> anyhow::Result<()> {
     let paths = [
         "/raft/append",
         "/raft/vote",
+        "/raft/pre-vote",
         "/raft/snapshot",
         "/raft/transfer-leader",
         "/raft/propose",

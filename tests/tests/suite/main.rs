@@ -14,6 +14,7 @@ mod locks;
 mod membership;
 mod metrics;
 mod minority;
+mod prevote;
 mod queues;
 mod restart;
 mod tls;
