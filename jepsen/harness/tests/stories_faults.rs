@@ -1,6 +1,7 @@
 //! Failure stories about process and network faults, against real node processes: quorum loss
 //! (story 6), a holder cut off from the network (story 7), a renewal from a process frozen past
-//! its TTL (story 9), and a leader paused with requests queued at it (story 10).
+//! its TTL (story 9), a leader paused with requests queued at it (story 10), and a follower
+//! coming back from a real partition (story 11).
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -380,5 +381,50 @@ async fn paused_leader_grants_nothing_and_serves_no_stale_read() -> anyhow::Resu
             "stale read from the resumed leader: {v}"
         );
     }
+    Ok(())
+}
+
+/// Story 11: a follower cut off by nftables for ten election timeouts, then healed, changes
+/// neither the leader nor its term: with PreVote it never campaigned at a higher term, so the
+/// leader's next heartbeat meets no higher term. (The control, PreVote switched off, is in
+/// `tests/tests/suite/prevote.rs`, where the node's runtime switch can be reached.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_back_from_a_partition_does_not_depose_the_leader() -> anyhow::Result<()> {
+    let tc = start_cluster(3, "").await?;
+    let (leader, term) = tc.leader().await?;
+    let follower = tc
+        .ids()
+        .into_iter()
+        .find(|&i| i != leader)
+        .expect("a follower");
+    let rest: Vec<u64> = tc.ids().into_iter().filter(|&i| i != follower).collect();
+    tc.partition(&[vec![follower], rest])?;
+    let cut_ms = 10 * ELECTION_TIMEOUT_MS_MAX;
+    tokio::time::sleep(Duration::from_millis(cut_ms)).await;
+    let cut_term = json_u64(&tc.status(follower).await?, "term")?;
+    assert_eq!(cut_term, term, "the cut-off node raised its term");
+    tc.heal()?;
+    wait_until(
+        "the healed follower to follow the leader",
+        Duration::from_secs(15),
+        || async {
+            let s = tc.status(follower).await.ok()?;
+            (s["leader_id"].as_u64() == Some(leader) && s["term"].as_u64() == Some(term))
+                .then_some(())
+        },
+    )
+    .await?;
+    tokio::time::sleep(Duration::from_millis(3 * ELECTION_TIMEOUT_MS_MAX)).await;
+    for id in tc.ids() {
+        let s = tc.status(id).await?;
+        assert_eq!(
+            (s["leader_id"].as_u64(), s["term"].as_u64()),
+            (Some(leader), Some(term)),
+            "node {id} after the heal: {s}"
+        );
+    }
+    eprintln!(
+        "story 11: follower {follower} cut off by nftables for {cut_ms} ms; leader {leader} kept term {term}"
+    );
     Ok(())
 }
