@@ -233,3 +233,85 @@ async fn deadlock_cycle_gets_one_victim() -> anyhow::Result<()> {
     c.shutdown().await;
     Ok(())
 }
+
+/// The waiters of lock `name` as node `id` reads them (lease ids, queue order).
+async fn waiters_via(c: &Cluster, id: u64, name: &str) -> anyhow::Result<Vec<u64>> {
+    let (_, v) = c.get(id, &format!("/v1/locks/{name}")).await?;
+    Ok(v["waiters"]
+        .as_array()
+        .map(|w| w.iter().filter_map(|x| x["lease_id"].as_u64()).collect())
+        .unwrap_or_default())
+}
+
+/// A graceful stop of the node holding a named wait answers it `503 unavailable` and leaves it
+/// queued in its place; the same request (same `request_id`, same `wait_ms`) retried on another
+/// node re-attaches to it and is granted on the release. (When the stop cancelled the entry,
+/// that retry answered `409 wait_timeout`: the control is the message and the queue.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_named_wait_keeps_its_place_when_its_node_stops() -> anyhow::Result<()> {
+    let mut c = Cluster::start(3).await?;
+    let leader = c.leader().await?;
+    let others: Vec<u64> = c.running().into_iter().filter(|&n| n != leader).collect();
+    let (stopping, survivor) = (others[0], others[1]);
+    let holder = c.lease(leader, 60_000).await?;
+    let (code, v) = c.acquire(leader, "drained", holder).await?;
+    assert_eq!(code, 200, "{v}");
+    let held = token(&v)?;
+    let waiter = c.lease(leader, 60_000).await?;
+    let body = json!({"lease_id": waiter, "wait_ms": 30_000, "request_id": "drain-wait-1"});
+    let http = c.client_builder(None)?.build()?;
+    let first = tokio::spawn(
+        http.post(c.url(stopping, "/v1/locks/drained/acquire"))
+            .json(&body)
+            .send(),
+    );
+    wait_for("the wait to be queued", || async {
+        (waiters_via(&c, survivor, "drained").await.ok()? == vec![waiter]).then_some(())
+    })
+    .await?;
+
+    c.stop(stopping).await;
+    let resp = first.await??;
+    let status = resp.status().as_u16();
+    let v: Value = resp.json().await?;
+    assert_eq!(
+        (status, v["code"].as_str()),
+        (503, Some("unavailable")),
+        "{v}"
+    );
+    assert!(
+        v["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("stays queued")),
+        "{v}"
+    );
+    assert_eq!(
+        waiters_via(&c, survivor, "drained").await?,
+        vec![waiter],
+        "still queued after the stop"
+    );
+
+    let retry = tokio::spawn(
+        http.post(c.url(survivor, "/v1/locks/drained/acquire"))
+            .json(&body)
+            .send(),
+    );
+    // The retry re-attached rather than queueing a second time.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(waiters_via(&c, survivor, "drained").await?, vec![waiter]);
+    let (code, v) = c
+        .post(
+            survivor,
+            "/v1/locks/drained/release",
+            json!({"lease_id": holder, "token": held}),
+        )
+        .await?;
+    assert_eq!(code, 200, "{v}");
+    let resp = retry.await??;
+    let status = resp.status().as_u16();
+    let v: Value = resp.json().await?;
+    assert_eq!(status, 200, "the retried wait is granted: {v}");
+    assert!(token(&v)? > held, "{v}");
+    c.shutdown().await;
+    Ok(())
+}

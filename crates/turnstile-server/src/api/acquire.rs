@@ -65,6 +65,14 @@ impl Drop for Wait {
     }
 }
 
+/// The answer to a wait this node holds when it stops gracefully.
+pub const STOPPING_WAIT_KEPT: &str = "node stopping: the wait stays queued in its place; retry \
+     with the same request_id and wait_ms on another node to keep waiting, or revoke the lease";
+
+/// The answer to a wait without a `request_id` when its node stops gracefully.
+pub const STOPPING_WAIT_CANCELLED: &str =
+    "node stopping: the wait (sent without a request_id) was cancelled; acquire again on another node";
+
 fn finish(response: Response, cluster_id: Option<String>) -> Result<Written, ApiError> {
     match response.outcome {
         Ok(outcome) => Ok(Written {
@@ -80,6 +88,8 @@ fn finish(response: Response, cluster_id: Option<String>) -> Result<Written, Api
 /// Runs an acquire to its final answer.
 pub async fn run(app: Arc<App>, caller: Caller, args: AcquireArgs) -> Result<Written, ApiError> {
     let wait = args.wait_ms > 0;
+    // Only a wait the client named can be found again by a retry on another node.
+    let retryable = args.request_id.is_some();
     // Scoped to the caller (`Caller::request_id`), so no tenant can name another's wait.
     let waiter_id = match (&args.request_id, wait) {
         (Some(id), _) => caller.request_id(Some(id.clone())),
@@ -142,10 +152,17 @@ pub async fn run(app: Arc<App>, caller: Caller, args: AcquireArgs) -> Result<Wri
             w.armed = false;
             cancel(&app, &mut w).await
         }
+        // A graceful stop leaves a wait the client named queued, in its place: the client
+        // retries on another node with the same request_id (and wait_ms), which re-attaches
+        // to the same queue entry (cancelling it made that retry answer `wait_timeout`). A
+        // wait with a node-made id can never be found again, so it is cancelled.
         _ = async { stopping.wait_for(|s| *s).await.map(|_| ()) } => {
             w.armed = false;
+            if retryable {
+                return Err(ApiError::Unavailable(STOPPING_WAIT_KEPT.into()));
+            }
             let _ = tokio::time::timeout(Duration::from_secs(2), cancel(&app, &mut w)).await;
-            Err(ApiError::Unavailable("node stopping; retry elsewhere with the same request_id".into()))
+            Err(ApiError::Unavailable(STOPPING_WAIT_CANCELLED.into()))
         }
     }
 }
