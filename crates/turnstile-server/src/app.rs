@@ -42,6 +42,26 @@ pub struct App {
     pub node_usage: crate::auth::NodeUsage,
     /// `/readyz`'s probe and its newest result (`crate::readiness`).
     pub readiness: crate::readiness::ReadyProbe,
+    /// When this node last accepted an append (entries or heartbeat) from a leader.
+    leader_contact: LeaderContact,
+}
+
+/// The last time a leader's append was accepted here, in ms since the node started (0:
+/// never). With PreVote a cut-off follower keeps its leader's id (it never campaigns), so
+/// "knows a leader" no longer says "hears one"; this does.
+#[derive(Debug)]
+struct LeaderContact {
+    started: std::time::Instant,
+    last_ms: std::sync::atomic::AtomicU64,
+}
+
+impl Default for LeaderContact {
+    fn default() -> Self {
+        LeaderContact {
+            started: std::time::Instant::now(),
+            last_ms: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
 }
 
 /// Counters of API events that are not Raft's (read by `/metrics` and `/v1/cluster`).
@@ -79,9 +99,26 @@ impl App {
             phase: RwLock::new(phase),
             node_usage: Default::default(),
             readiness: Default::default(),
+            leader_contact: Default::default(),
         };
         app.raft.runtime_config().elect(phase.may_vote());
         app
+    }
+
+    /// Notes that a leader's append (entries or a heartbeat) was just accepted.
+    pub fn note_leader_contact(&self) {
+        let c = &self.leader_contact;
+        let ms = u64::try_from(c.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        c.last_ms
+            .store(ms.max(1), std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// True if a leader's append was accepted here within `span`.
+    pub fn heard_leader_within(&self, span: std::time::Duration) -> bool {
+        let c = &self.leader_contact;
+        let last = c.last_ms.load(std::sync::atomic::Ordering::Relaxed);
+        let now = u64::try_from(c.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        last > 0 && u128::from(now.saturating_sub(last)) < span.as_millis()
     }
 
     /// A waiter id for a waiting acquire sent without a `request_id`: unique across nodes

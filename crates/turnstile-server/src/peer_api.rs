@@ -241,7 +241,17 @@ fn reply<T: Serialize, E: ToString>(result: Result<T, E>) -> Response {
 
 async fn append(State(app): State<Arc<App>>, body: Bytes) -> Response {
     match decode(&body) {
-        Ok(req) => reply(app.raft.append_entries(req).await),
+        Ok(req) => {
+            let result = app.raft.append_entries(req).await;
+            // Accepted from the current leader (a stale one gets `HigherVote`).
+            if matches!(
+                result,
+                Ok(ref r) if !matches!(r, openraft::raft::AppendEntriesResponse::HigherVote(_))
+            ) {
+                app.note_leader_contact();
+            }
+            reply(result)
+        }
         Err(r) => *r,
     }
 }

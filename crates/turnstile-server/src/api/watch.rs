@@ -174,14 +174,16 @@ impl Stream_ {
     }
 }
 
-/// True if this node follows a leader, or leads with a quorum heard from within `span` (a
-/// cut-off leader keeps its role in openraft 0.10 but stops hearing acknowledgements).
+/// True if this node follows a leader it accepted an append from within `span`, or leads
+/// with a quorum heard from within `span`. A cut-off leader keeps its role in openraft 0.10
+/// but stops hearing acknowledgements; a cut-off follower keeps its leader's id (PreVote: it
+/// never campaigns) but stops hearing from it.
 fn hears_a_leader(app: &App, span: Duration) -> bool {
     let metrics = app.raft.metrics();
     let m = metrics.borrow_watched();
     match m.current_leader {
         None => false,
-        Some(id) if id != app.node_id() => true,
+        Some(id) if id != app.node_id() => app.heard_leader_within(span),
         // `millis_since_quorum_ack` is deprecated in favour of an Instant-typed field; the
         // millisecond view is all this check needs.
         #[allow(deprecated)]
