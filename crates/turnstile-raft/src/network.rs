@@ -260,6 +260,16 @@ impl PeerClient {
         self.health.down()
     }
 
+    /// Notes an authenticated call from `peer`: it reaches this node, so it is not down.
+    pub fn heard_from(&self, peer: NodeId) {
+        self.health.heard_from(peer);
+    }
+
+    /// Peer calls that did not reach their peer or got no answer, since start.
+    pub fn failed_calls_total(&self) -> u64 {
+        self.health.failed_calls_total()
+    }
+
     async fn rpc_once<Req, Resp>(
         &self,
         peer: NodeId,

@@ -18,6 +18,8 @@ const PEERS_TRACKED_MAX: usize = 1_024;
 #[derive(Debug, Default)]
 pub struct PeerHealth {
     down: Mutex<BTreeMap<NodeId, Down>>,
+    /// Calls that did not reach their peer or got no answer, since start (`/metrics`).
+    failed_calls_total: std::sync::atomic::AtomicU64,
 }
 
 #[derive(Debug)]
@@ -37,6 +39,8 @@ impl PeerHealth {
     }
 
     fn failed(&self, peer: NodeId, error: &PeerError) {
+        self.failed_calls_total
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let mut down = self.down.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(d) = down.get_mut(&peer) {
             d.failed_calls += 1;
@@ -55,6 +59,11 @@ impl PeerHealth {
         tracing::warn!(peer, error = %error, "peer stopped answering; further failures are counted, not logged, until it answers");
     }
 
+    /// An authenticated call from `peer` arrived: it is reachable again.
+    pub fn heard_from(&self, peer: NodeId) {
+        self.answered(peer);
+    }
+
     fn answered(&self, peer: NodeId) {
         let gone = {
             let mut down = self.down.lock().unwrap_or_else(|p| p.into_inner());
@@ -68,6 +77,12 @@ impl PeerHealth {
                 "peer answers again"
             );
         }
+    }
+
+    /// Calls that did not reach their peer or got no answer, since start.
+    pub fn failed_calls_total(&self) -> u64 {
+        self.failed_calls_total
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Peers not answering now.
@@ -100,6 +115,7 @@ mod tests {
             h.observe(2, &cut);
         }
         assert_eq!(h.down(), vec![2]);
+        assert_eq!(h.failed_calls_total(), 100);
         assert_eq!(
             h.down.lock().expect("lock").get(&2).map(|d| d.failed_calls),
             Some(100)

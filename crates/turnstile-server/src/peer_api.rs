@@ -182,6 +182,9 @@ async fn gate(State(app): State<Arc<App>>, req: Request, next: Next) -> Response
             "link cut by fault injection",
         );
     }
+    // An authenticated call from `sender` shows it reaches us: a follower, which calls no one
+    // in steady state, learns its peers are back from the leader's appends.
+    app.peers.heard_from(sender);
     let resp = next.run(Request::from_parts(parts, Body::from(body))).await;
     sign(&app, &mac, resp).await
 }

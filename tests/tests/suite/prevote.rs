@@ -25,6 +25,16 @@ fn fast_elections(a: &mut ServeArgs) {
     a.election_timeout_ms_max = Some(ELECTION_TIMEOUT_MS_MAX);
 }
 
+/// The value of metric `name` (no labels) in node `id`'s `/metrics`.
+async fn metric(c: &Cluster, id: u64, name: &str) -> anyhow::Result<u64> {
+    let (code, body) = c.get_bytes(id, "/metrics").await?;
+    anyhow::ensure!(code == 200, "/metrics answered {code}");
+    let text = String::from_utf8(body)?;
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+        .ok_or_else(|| anyhow::anyhow!("no {name} in /metrics"))
+}
+
 /// `(leader_id, term)` as node `id` reports them.
 async fn view(c: &Cluster, id: u64) -> anyhow::Result<(Option<u64>, u64)> {
     let v = c.status(id).await?;
@@ -63,6 +73,9 @@ async fn a_healed_follower_does_not_depose_the_leader() -> anyhow::Result<()> {
             "node {id} after the heal"
         );
     }
+    // The leader calls every peer: it sees them all again. (A follower calls only the leader in
+    // steady state, so its figure for the other follower waits for its next call there.)
+    assert_eq!(metric(&c, leader, "turnstile_peers_unreachable").await?, 0);
     println!("cut off for {ISOLATION_MS} ms with PreVote: leader {leader} kept term {term}");
 
     // Control: without PreVote on the cut-off node, its term climbs and the heal costs the

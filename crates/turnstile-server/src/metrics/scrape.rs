@@ -48,6 +48,17 @@ pub fn sampled(app: &App, log: &SyncStatsHandle) -> Registry {
         ConstCounter::new(app.denials.total()),
     );
     r.register(
+        "peer_calls_failed",
+        "Calls to peers (appends, heartbeats, votes, forwarded requests) that did not reach the peer or got no answer in time; node-local",
+        ConstCounter::new(app.peers.failed_calls_total()),
+    );
+    gauge(
+        &mut r,
+        "peers_unreachable",
+        "Peers whose last call from this node failed to reach them or got no answer, and that have not called this node since; node-local",
+        app.peers.peers_down().len() as u64,
+    );
+    r.register(
         "waiting_requests",
         "Queued acquires whose HTTP request this node holds open; node-local",
         ConstGauge::new(app.waiters.len() as u64),
