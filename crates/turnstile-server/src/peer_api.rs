@@ -275,15 +275,25 @@ async fn transfer_leader(State(app): State<Arc<App>>, body: Bytes) -> Response {
     }
 }
 
-async fn vote(State(app): State<Arc<App>>, body: Bytes) -> Response {
-    if !app.phase().may_vote() {
-        // An empty node's vote could elect a leader that lacks committed entries.
-        tracing::warn!(phase = ?app.phase(), "vote request refused: this node has not been (re)admitted");
-        return (
+/// The refusal a node that may not vote gives `/raft/vote` and `/raft/pre-vote`: an empty
+/// node's vote (or pre-vote grant) could elect a leader that lacks committed entries.
+fn refuse_unless_voter(app: &App, what: &str) -> Option<Response> {
+    if app.phase().may_vote() {
+        return None;
+    }
+    tracing::warn!(phase = ?app.phase(), "{what} refused: this node has not been (re)admitted");
+    Some(
+        (
             StatusCode::SERVICE_UNAVAILABLE,
             "not voting: node awaits (re)admission",
         )
-            .into_response();
+            .into_response(),
+    )
+}
+
+async fn vote(State(app): State<Arc<App>>, body: Bytes) -> Response {
+    if let Some(refused) = refuse_unless_voter(&app, "vote request") {
+        return refused;
     }
     match decode(&body) {
         Ok(req) => reply(app.raft.vote(req).await),
@@ -292,14 +302,10 @@ async fn vote(State(app): State<Arc<App>>, body: Bytes) -> Response {
 }
 
 /// A PreVote request: answered by the same rules as a vote, persisting nothing, and refused
-/// by a node that may not vote (an empty node's grant could start an election it should not).
+/// by a node that may not vote, as a vote is.
 async fn pre_vote(State(app): State<Arc<App>>, body: Bytes) -> Response {
-    if !app.phase().may_vote() {
-        return (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "not voting: node awaits (re)admission",
-        )
-            .into_response();
+    if let Some(refused) = refuse_unless_voter(&app, "pre-vote request") {
+        return refused;
     }
     match decode(&body) {
         Ok(req) => reply(app.raft.pre_vote(req).await),
