@@ -200,6 +200,11 @@ impl State {
                 request_id,
                 expired,
             ),
+            Command::Txn {
+                compares,
+                success,
+                failure,
+            } => self.txn(index, compares, success, failure),
             Command::AuthPutRole { .. }
             | Command::AuthDeleteRole { .. }
             | Command::AuthPutUser { .. }
@@ -252,6 +257,12 @@ impl State {
             (Ok(Outcome::KvWritten { .. }), Some(key)) => self.auth.own_key(principal, key),
             _ => {}
         }
+        let result = match result {
+            Ok(Outcome::Txn { succeeded, results }) => {
+                Ok(self.txn_as(principal, cmd, succeeded, results))
+            }
+            other => other,
+        };
         result.map_err(|e| self.redact_error(principal, e))
     }
 
@@ -376,6 +387,16 @@ impl State {
                 limit: "keys_max".into(),
             });
         }
+        self.write_key(index, key, value, lease_id);
+        Ok(Outcome::KvWritten {
+            key: key.to_string(),
+        })
+    }
+
+    /// Stores a key and emits its `put` event. The caller has checked everything (lengths,
+    /// lease, guards, `KEYS_MAX`): this cannot fail, so a transaction that checked its branch
+    /// first applies it whole.
+    pub(crate) fn write_key(&mut self, index: u64, key: &str, value: &str, lease_id: Option<u64>) {
         let previous = self.keys.remove(key);
         if let Some(lease) = previous
             .as_ref()
@@ -403,9 +424,6 @@ impl State {
                 lease_id,
             },
         );
-        Ok(Outcome::KvWritten {
-            key: key.to_string(),
-        })
     }
 
     fn kv_delete(
@@ -573,7 +591,8 @@ impl State {
         }
     }
 
-    fn delete_key(&mut self, index: u64, key: &str) -> bool {
+    /// Deletes a key (emitting its `delete` event); false if it did not exist.
+    pub(crate) fn delete_key(&mut self, index: u64, key: &str) -> bool {
         let Some(record) = self.keys.remove(key) else {
             return false;
         };

@@ -228,7 +228,7 @@ fn denied(reason: String) -> ApplyError {
     ApplyError::PermissionDenied { reason }
 }
 
-fn over(quota: &str, limit: u64) -> ApplyError {
+pub(crate) fn over(quota: &str, limit: u64) -> ApplyError {
     ApplyError::QuotaExceeded {
         quota: quota.to_string(),
         limit,
@@ -530,6 +530,11 @@ impl State {
             Command::CounterIncr { name, .. } => {
                 auth.require(principal, Kind::Counter, name, Access::Write)
             }
+            Command::Txn {
+                compares,
+                success,
+                failure,
+            } => self.authorize_txn(principal, compares, success, failure),
             // A node scopes a caller's waiter ids by its principal; a cancel names only those.
             Command::Cancel { waiter_id } => {
                 if is_root || request_id_principal(waiter_id) == Some(principal) {
@@ -560,7 +565,12 @@ impl State {
     /// A fence is the caller's to use only if it may read the lock and the token, when it is
     /// the current grant, is held by one of the caller's leases: a token learnt from someone
     /// else guards nothing for the caller.
-    fn authorize_fence(&self, principal: &str, lock: &str, token: u64) -> Result<(), ApplyError> {
+    pub(crate) fn authorize_fence(
+        &self,
+        principal: &str,
+        lock: &str,
+        token: u64,
+    ) -> Result<(), ApplyError> {
         self.auth
             .require(principal, Kind::Lock, lock, Access::Read)?;
         let holder = self

@@ -2,7 +2,8 @@
 //! and the client's optional `request_id`.
 //!
 //! Compatibility rule: logs and snapshots written by older binaries must keep decoding, so
-//! `Command`, `Condition` and `Fence` are append-only. New variants go at the end; a variant's
+//! `Command`, `Condition` and `Fence` (and the transaction types in `crate::txn`) are
+//! append-only. New variants go at the end; a variant's
 //! fields never change (add a new variant instead). `tests/golden/` pins today's encodings.
 
 use serde::{Deserialize, Serialize};
@@ -152,6 +153,13 @@ pub enum Command {
     AuthDeleteToken {
         token_id: String,
     },
+    /// A transaction (`crate::txn`): every compare is judged against the state at apply,
+    /// then `success` (all compares hold) or `failure` runs, all of its ops or none.
+    Txn {
+        compares: Vec<crate::txn::Compare>,
+        success: Vec<crate::txn::TxnOp>,
+        failure: Vec<crate::txn::TxnOp>,
+    },
 }
 
 /// How a lock is held.
@@ -238,6 +246,7 @@ impl Command {
             Command::AuthDeleteUser { .. } => "auth_delete_user",
             Command::AuthCreateToken { .. } => "auth_create_token",
             Command::AuthDeleteToken { .. } => "auth_delete_token",
+            Command::Txn { .. } => "txn",
         }
     }
 }

@@ -184,6 +184,13 @@ impl State {
             {
                 return fail(format!("key {key} has inconsistent revisions {rec:?}"));
             }
+            // One entry writes a key at most once (a transaction refuses a branch that writes
+            // a key twice), so a key cannot have more versions than entries since creation.
+            if rec.version > rec.mod_revision - rec.create_revision + 1 {
+                return fail(format!(
+                    "key {key} has more versions than entries since its creation {rec:?}"
+                ));
+            }
             if let Some(id) = rec.lease_id {
                 if !self.leases.get(&id).is_some_and(|l| l.keys.contains(key)) {
                     return fail(format!(

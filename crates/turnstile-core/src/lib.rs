@@ -9,6 +9,7 @@
 //!   (modes, semaphores, queues, multi-lock), [`deadlock`] the wait-for graph, [`events`]
 //!   the replicated watch history; `records` keeps request-id records bounded (pinned while
 //!   a hold or wait lives, then a retry window, or gone at once when acknowledged).
+//! - [`txn`]: transactions: compares judged together, then one branch applied whole.
 //! - [`auth`]: users, roles, tokens, ownership and quotas, judged in `apply` for `Command::As`.
 //! - [`invariants`]: cross-record checks, run after every apply in tests.
 //! - [`cow`]: the state's copy-on-write maps and sets (O(1) clone for snapshots and digests).
@@ -33,6 +34,7 @@ mod locks;
 mod records;
 pub mod response;
 pub mod state;
+pub mod txn;
 
 pub use apply::Applied;
 pub use command::{Command, Condition, Envelope, Fence, LockMode};

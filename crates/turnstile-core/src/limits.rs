@@ -51,3 +51,11 @@ pub const PERMITS_MAX: u32 = 10_000;
 /// Watch events retained in the replicated history; a watch starting before the oldest gets
 /// `compacted`.
 pub const WATCH_HISTORY_EVENTS_MAX: usize = 10_000;
+/// Most compares in one transaction.
+pub const TXN_COMPARES_MAX: usize = 64;
+/// Most operations in one branch (`success` or `failure`) of a transaction.
+pub const TXN_OPS_PER_BRANCH_MAX: usize = 64;
+/// Most bytes of names and values (keys, values, lock and counter names) one transaction
+/// carries, over its compares and both branches. Like `VALUE_BYTES_MAX`, it keeps the whole
+/// log entry under sled's ~128 KiB blob threshold: one full-size value plus room for names.
+pub const TXN_PAYLOAD_BYTES_MAX: usize = VALUE_BYTES_MAX + 16 * 1024;

@@ -83,6 +83,12 @@ pub enum Outcome {
         token_id: String,
         expires_ms: Option<u64>,
     },
+    /// A `Txn` entry: which branch ran (`succeeded`: every compare held) and one result per
+    /// op of that branch, in order.
+    Txn {
+        succeeded: bool,
+        results: Vec<crate::txn::TxnResult>,
+    },
 }
 
 /// Per-lease result of a keepalive entry. `remaining_ms` is `None` when the lease was gone or

@@ -8,6 +8,7 @@ use std::path::PathBuf;
 
 use turnstile_core::auth::{Access, Kind, Permission, Quotas, ROOT};
 use turnstile_core::codec;
+use turnstile_core::txn::{Compare, TxnOp};
 use turnstile_core::{Command, Condition, Envelope, Fence, LockMode, State};
 
 fn golden_dir() -> PathBuf {
@@ -219,6 +220,47 @@ fn sample_envelopes() -> Vec<(&'static str, Envelope)> {
                     mode: LockMode::Shared,
                     permits: Some(2),
                     wait_ms: 30_000,
+                },
+            ),
+        ),
+        (
+            "v1_txn",
+            env(
+                Some("req-4"),
+                Command::Txn {
+                    compares: vec![
+                        Compare::Absent { key: "a".into() },
+                        Compare::ModRevision {
+                            key: "k".into(),
+                            mod_revision: 5,
+                        },
+                        Compare::Version {
+                            key: "k".into(),
+                            version: 2,
+                        },
+                        Compare::Value {
+                            key: "k".into(),
+                            value: "v".into(),
+                        },
+                        Compare::Fence(Fence {
+                            lock: "jobs".into(),
+                            token: 7,
+                        }),
+                    ],
+                    success: vec![
+                        TxnOp::Put {
+                            key: "k".into(),
+                            value: "w".into(),
+                            lease_id: Some(3),
+                        },
+                        TxnOp::Delete { key: "a".into() },
+                        TxnOp::Get { key: "k".into() },
+                        TxnOp::Incr {
+                            counter: "seq".into(),
+                            by: -2,
+                        },
+                    ],
+                    failure: vec![TxnOp::Get { key: "k".into() }],
                 },
             ),
         ),

@@ -4,6 +4,7 @@
 
 use proptest::prelude::*;
 use turnstile_core::codec;
+use turnstile_core::txn::{Compare, TxnOp};
 use turnstile_core::{Command, Condition, Envelope, Fence, LockMode, State};
 
 const NAMES: &[&str] = &["a", "b", "c"];
@@ -30,6 +31,30 @@ fn fence() -> impl Strategy<Value = Option<Fence>> {
     prop_oneof![
         Just(None),
         (name(), id()).prop_map(|(lock, token)| Some(Fence { lock, token }))
+    ]
+}
+
+fn compare() -> impl Strategy<Value = Compare> {
+    prop_oneof![
+        name().prop_map(|key| Compare::Absent { key }),
+        (name(), id()).prop_map(|(key, mod_revision)| Compare::ModRevision { key, mod_revision }),
+        (name(), 1u64..4).prop_map(|(key, version)| Compare::Version { key, version }),
+        (name(), name()).prop_map(|(key, value)| Compare::Value { key, value }),
+        (name(), id()).prop_map(|(lock, token)| Compare::Fence(Fence { lock, token })),
+    ]
+}
+
+/// Branches often name a key twice (refused whole) and name leases that are gone.
+fn txn_op() -> impl Strategy<Value = TxnOp> {
+    prop_oneof![
+        (name(), name(), prop::option::of(id())).prop_map(|(key, value, lease_id)| TxnOp::Put {
+            key,
+            value,
+            lease_id
+        }),
+        name().prop_map(|key| TxnOp::Delete { key }),
+        name().prop_map(|key| TxnOp::Get { key }),
+        (name(), -5i64..5).prop_map(|(counter, by)| TxnOp::Incr { counter, by }),
     ]
 }
 
@@ -93,6 +118,16 @@ fn command() -> impl Strategy<Value = Command> {
         (waiter(), prop::collection::vec(id(), 0..3))
             .prop_map(|(waiter_id, cycle)| Command::AbortWaiter { waiter_id, cycle }),
         prop::collection::vec(waiter(), 0..3).prop_map(|request_ids| Command::Ack { request_ids }),
+        (
+            prop::collection::vec(compare(), 0..3),
+            prop::collection::vec(txn_op(), 0..4),
+            prop::collection::vec(txn_op(), 0..3)
+        )
+            .prop_map(|(compares, success, failure)| Command::Txn {
+                compares,
+                success,
+                failure
+            }),
         (prop::collection::vec(name(), 1..3), id(), 0u64..3).prop_map(
             |(names, lease_id, wait_ms)| Command::AcquireFor {
                 names,
@@ -131,7 +166,28 @@ fn replay(log: &[(u64, Option<String>, Command, bool)]) -> (State, Vec<turnstile
                 request_id: request_id.clone(),
                 command: command.clone(),
             };
+            // What the entry would leave if its command did nothing (expiry still runs).
+            let idle = matches!(command, Command::Txn { .. }).then(|| {
+                let mut idle = state.clone();
+                let tick = Envelope {
+                    now_ms,
+                    request_id: None,
+                    command: Command::Tick,
+                };
+                idle.apply(index, 1 + index / 20, &tick);
+                idle
+            });
             let applied = state.apply_full(index, 1 + index / 20, &env);
+            // A refused transaction changes nothing: no op of its branch half-applied.
+            if let (Some(idle), Err(e)) = (idle, &applied.response.outcome) {
+                assert!(
+                    idle.keys == state.keys
+                        && idle.counters == state.counters
+                        && idle.events == state.events
+                        && idle.leases == state.leases,
+                    "entry {index}: refused txn ({e}) changed the state"
+                );
+            }
             // Every grant this entry announced (to its requester or to a waiter) is a hold
             // that exists once the entry has applied: nothing is granted and taken back in
             // one entry, so a granted token is always the lock's real grant.

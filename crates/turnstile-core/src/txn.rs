@@ -1,0 +1,431 @@
+//! Transactions (`Command::Txn`): compares judged together against the state at apply, then
+//! one branch applied whole, in one entry.
+//!
+//! Order of work: the shape of the whole transaction is checked first ([`check_shape`]:
+//! counts, lengths, payload bytes, no key or counter written twice in a branch), for both
+//! branches, so a malformed transaction fails whichever branch would run. Then the compares
+//! pick the branch, and that branch is checked against the state (live leases, `KEYS_MAX`,
+//! `COUNTERS_MAX`, overflow) before its first op runs. Every op that follows cannot fail, so a
+//! branch applies all of its ops or none, with no undo. Ops run in order: a `get` after a `put`
+//! of the same key sees the new value. Puts and deletes emit the same watch events as plain
+//! `KvPut` and `KvDelete`.
+//!
+//! The types here travel in log entries and request records: append-only, like `Command`.
+
+use std::collections::BTreeSet;
+
+use serde::{Deserialize, Serialize};
+
+use crate::apply::check_len;
+use crate::auth::{self, Access, Kind};
+use crate::command::{Command, Fence};
+use crate::limits;
+use crate::response::{ApplyError, Outcome};
+use crate::state::{KeyRecord, State};
+
+/// One compare; the transaction's `success` branch runs when all of them hold.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Compare {
+    /// The key does not exist.
+    Absent { key: String },
+    /// The key exists with this `mod_revision`.
+    ModRevision { key: String, mod_revision: u64 },
+    /// The key exists with this `version`.
+    Version { key: String, version: u64 },
+    /// The key exists with this value.
+    Value { key: String, value: String },
+    /// `token` is the lock's current exclusive grant (as a `fence` guard judges it).
+    Fence(Fence),
+}
+
+/// One operation of a branch.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TxnOp {
+    Put {
+        key: String,
+        value: String,
+        lease_id: Option<u64>,
+    },
+    Delete {
+        key: String,
+    },
+    Get {
+        key: String,
+    },
+    Incr {
+        counter: String,
+        by: i64,
+    },
+}
+
+/// The result of one op, in the order of the branch's ops.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TxnResult {
+    /// `existed`: the key existed before this put (false: the put created it).
+    Put {
+        revision: u64,
+        existed: bool,
+    },
+    Delete {
+        revision: u64,
+        existed: bool,
+    },
+    /// The key as this op saw it (after earlier ops of the branch); `None` if absent.
+    Get {
+        key: String,
+        record: Option<KeyRecord>,
+    },
+    Incr {
+        counter: String,
+        value: i64,
+    },
+}
+
+type ApplyResult = Result<Outcome, ApplyError>;
+
+fn invalid(reason: String) -> ApplyError {
+    ApplyError::Invalid { reason }
+}
+
+impl Compare {
+    /// The key this compare reads, if it reads one (a fence reads a lock).
+    pub fn key(&self) -> Option<&str> {
+        match self {
+            Compare::Absent { key }
+            | Compare::ModRevision { key, .. }
+            | Compare::Version { key, .. }
+            | Compare::Value { key, .. } => Some(key),
+            Compare::Fence(_) => None,
+        }
+    }
+
+    fn payload_bytes(&self) -> usize {
+        match self {
+            Compare::Value { key, value } => key.len() + value.len(),
+            Compare::Fence(f) => f.lock.len(),
+            other => other.key().map_or(0, str::len),
+        }
+    }
+}
+
+impl TxnOp {
+    /// The key or counter this op writes, if it writes one, tagged by what it is.
+    fn written(&self) -> Option<(Kind, &str)> {
+        match self {
+            TxnOp::Put { key, .. } | TxnOp::Delete { key } => Some((Kind::Key, key)),
+            TxnOp::Incr { counter, .. } => Some((Kind::Counter, counter)),
+            TxnOp::Get { .. } => None,
+        }
+    }
+
+    fn payload_bytes(&self) -> usize {
+        match self {
+            TxnOp::Put { key, value, .. } => key.len() + value.len(),
+            TxnOp::Delete { key } | TxnOp::Get { key } => key.len(),
+            TxnOp::Incr { counter, .. } => counter.len(),
+        }
+    }
+}
+
+/// Checks what does not depend on the state: counts, lengths, steps, payload bytes, and that
+/// no branch writes one key (or counter) twice. The API runs it before proposing (`400`);
+/// `apply` runs it again, so a bad entry changes nothing.
+pub fn check_shape(
+    compares: &[Compare],
+    success: &[TxnOp],
+    failure: &[TxnOp],
+) -> Result<(), ApplyError> {
+    if compares.len() > limits::TXN_COMPARES_MAX {
+        return Err(invalid(format!(
+            "a transaction has at most {} compares",
+            limits::TXN_COMPARES_MAX
+        )));
+    }
+    for c in compares {
+        match c {
+            Compare::Fence(f) => check_len("lock name", &f.lock, limits::LOCK_NAME_BYTES_MAX)?,
+            Compare::Value { key, value } => {
+                check_len("key", key, limits::KEY_BYTES_MAX)?;
+                check_value(value)?;
+            }
+            other => check_len(
+                "key",
+                other.key().unwrap_or_default(),
+                limits::KEY_BYTES_MAX,
+            )?,
+        }
+    }
+    for (branch, ops) in [("success", success), ("failure", failure)] {
+        check_branch_shape(branch, ops)?;
+    }
+    let payload_bytes: usize = compares.iter().map(Compare::payload_bytes).sum::<usize>()
+        + success
+            .iter()
+            .chain(failure)
+            .map(TxnOp::payload_bytes)
+            .sum::<usize>();
+    if payload_bytes > limits::TXN_PAYLOAD_BYTES_MAX {
+        return Err(invalid(format!(
+            "a transaction carries at most {} bytes of keys, values and names",
+            limits::TXN_PAYLOAD_BYTES_MAX
+        )));
+    }
+    Ok(())
+}
+
+fn check_value(value: &str) -> Result<(), ApplyError> {
+    if value.len() > limits::VALUE_BYTES_MAX {
+        return Err(invalid(format!(
+            "value must be at most {} bytes",
+            limits::VALUE_BYTES_MAX
+        )));
+    }
+    Ok(())
+}
+
+fn check_branch_shape(branch: &str, ops: &[TxnOp]) -> Result<(), ApplyError> {
+    if ops.len() > limits::TXN_OPS_PER_BRANCH_MAX {
+        return Err(invalid(format!(
+            "{branch} has more than {} ops",
+            limits::TXN_OPS_PER_BRANCH_MAX
+        )));
+    }
+    let mut written = BTreeSet::new();
+    for op in ops {
+        match op {
+            TxnOp::Put { key, value, .. } => {
+                check_len("key", key, limits::KEY_BYTES_MAX)?;
+                check_value(value)?;
+            }
+            TxnOp::Delete { key } | TxnOp::Get { key } => {
+                check_len("key", key, limits::KEY_BYTES_MAX)?
+            }
+            TxnOp::Incr { counter, by } => {
+                check_len("counter name", counter, limits::COUNTER_NAME_BYTES_MAX)?;
+                if by.unsigned_abs() > limits::COUNTER_STEP_ABS_MAX.unsigned_abs() {
+                    return Err(invalid("counter step too large".into()));
+                }
+            }
+        }
+        if let Some((kind, name)) = op.written() {
+            if !written.insert((kind, name)) {
+                return Err(invalid(format!(
+                    "{branch} writes {} {name:?} more than once",
+                    kind.as_str()
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+impl State {
+    /// Applies `Command::Txn` (see the module docs for the order of work).
+    pub(crate) fn txn(
+        &mut self,
+        index: u64,
+        compares: &[Compare],
+        success: &[TxnOp],
+        failure: &[TxnOp],
+    ) -> ApplyResult {
+        check_shape(compares, success, failure)?;
+        let succeeded = self.compares_hold(compares);
+        let ops = if succeeded { success } else { failure };
+        self.check_branch(ops)?;
+        let results = ops.iter().map(|op| self.run_op(index, op)).collect();
+        Ok(Outcome::Txn { succeeded, results })
+    }
+
+    /// True if every compare holds now (all of them: an empty list holds).
+    pub fn compares_hold(&self, compares: &[Compare]) -> bool {
+        compares.iter().all(|c| {
+            let key = c.key().and_then(|k| self.keys.get(k));
+            match c {
+                Compare::Absent { .. } => key.is_none(),
+                Compare::ModRevision { mod_revision, .. } => {
+                    key.is_some_and(|k| k.mod_revision == *mod_revision)
+                }
+                Compare::Version { version, .. } => key.is_some_and(|k| k.version == *version),
+                Compare::Value { value, .. } => key.is_some_and(|k| &k.value == value),
+                Compare::Fence(f) => self.exclusive_token(&f.lock) == Some(f.token),
+            }
+        })
+    }
+
+    /// Everything that could make an op of `ops` fail, judged before the first one runs.
+    /// Caps are counted as if no delete of the branch frees room (a branch near `KEYS_MAX`
+    /// may be refused that would just fit), which keeps the check independent of op order.
+    fn check_branch(&self, ops: &[TxnOp]) -> Result<(), ApplyError> {
+        let (mut new_keys, mut new_counters) = (0usize, 0usize);
+        for op in ops {
+            match op {
+                TxnOp::Put { key, lease_id, .. } => {
+                    if let Some(lease_id) = lease_id.filter(|&id| !self.lease_is_live(id)) {
+                        return Err(ApplyError::LeaseNotFound { lease_id });
+                    }
+                    new_keys += usize::from(!self.keys.contains_key(key));
+                }
+                TxnOp::Incr { counter, by } => {
+                    let current = self.counters.get(counter).copied();
+                    new_counters += usize::from(current.is_none());
+                    if current.unwrap_or(0).checked_add(*by).is_none() {
+                        return Err(ApplyError::CounterOverflow {
+                            name: counter.clone(),
+                        });
+                    }
+                }
+                TxnOp::Delete { .. } | TxnOp::Get { .. } => {}
+            }
+        }
+        if new_keys > 0 && self.keys.len() + new_keys > limits::KEYS_MAX {
+            return Err(ApplyError::LimitReached {
+                limit: "keys_max".into(),
+            });
+        }
+        if new_counters > 0 && self.counters.len() + new_counters > limits::COUNTERS_MAX {
+            return Err(ApplyError::LimitReached {
+                limit: "counters_max".into(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Runs one op of a checked branch. Cannot fail (`check_branch` ruled out every failure,
+    /// and each key and counter is written at most once per branch).
+    fn run_op(&mut self, index: u64, op: &TxnOp) -> TxnResult {
+        match op {
+            TxnOp::Put {
+                key,
+                value,
+                lease_id,
+            } => {
+                let existed = self.keys.contains_key(key);
+                self.write_key(index, key, value, *lease_id);
+                TxnResult::Put {
+                    revision: index,
+                    existed,
+                }
+            }
+            TxnOp::Delete { key } => TxnResult::Delete {
+                revision: index,
+                existed: self.delete_key(index, key),
+            },
+            TxnOp::Get { key } => TxnResult::Get {
+                key: key.clone(),
+                record: self.keys.get(key).cloned(),
+            },
+            TxnOp::Incr { counter, by } => {
+                // Overflow was ruled out by `check_branch`; saturating only keeps this total.
+                let value = self
+                    .counters
+                    .get(counter)
+                    .copied()
+                    .unwrap_or(0)
+                    .saturating_add(*by);
+                self.counters.insert(counter.clone(), value);
+                TxnResult::Incr {
+                    counter: counter.clone(),
+                    value,
+                }
+            }
+        }
+    }
+
+    /// Judges a transaction for `principal`: read access to every key and lock its compares
+    /// and gets name, write access to every key and counter it writes, in both branches (so
+    /// which branch would run tells nothing the caller may not see), its own leases only, and
+    /// the key quota for the keys the branch that will run creates.
+    pub(crate) fn authorize_txn(
+        &self,
+        principal: &str,
+        compares: &[Compare],
+        success: &[TxnOp],
+        failure: &[TxnOp],
+    ) -> Result<(), ApplyError> {
+        let auth = &self.auth;
+        for c in compares {
+            match c {
+                Compare::Fence(f) => self.authorize_fence(principal, &f.lock, f.token)?,
+                other => {
+                    let key = other.key().unwrap_or_default();
+                    auth.require(principal, Kind::Key, key, Access::Read)?
+                }
+            }
+        }
+        for op in success.iter().chain(failure) {
+            match op {
+                TxnOp::Put { key, lease_id, .. } => {
+                    auth.require(principal, Kind::Key, key, Access::Write)?;
+                    if let Some(id) = lease_id.filter(|&id| !auth.owns_lease(principal, id)) {
+                        return Err(ApplyError::LeaseNotFound { lease_id: id });
+                    }
+                }
+                TxnOp::Delete { key } => auth.require(principal, Kind::Key, key, Access::Write)?,
+                TxnOp::Get { key } => auth.require(principal, Kind::Key, key, Access::Read)?,
+                TxnOp::Incr { counter, .. } => {
+                    auth.require(principal, Kind::Counter, counter, Access::Write)?
+                }
+            }
+        }
+        if principal == auth::ROOT {
+            return Ok(());
+        }
+        // Nothing changes between this check and the run (same entry), so this is the branch
+        // that will run.
+        let ops = if self.compares_hold(compares) {
+            success
+        } else {
+            failure
+        };
+        let created = ops
+            .iter()
+            .filter(|op| matches!(op, TxnOp::Put { key, .. } if !self.keys.contains_key(key)))
+            .count() as u64;
+        let limit = auth.quotas(principal).keys();
+        if created > 0 && auth.usage_of(principal).keys.saturating_add(created) > limit {
+            return Err(auth::over("keys", limit));
+        }
+        Ok(())
+    }
+
+    /// After a transaction ran for `principal`: the keys it created are the principal's, and
+    /// what its gets saw is shown as the principal may see it (lease ids of other principals'
+    /// leases removed, as `GET /v1/kv/{key}` does).
+    pub(crate) fn txn_as(
+        &mut self,
+        principal: &str,
+        cmd: &Command,
+        succeeded: bool,
+        mut results: Vec<TxnResult>,
+    ) -> Outcome {
+        if let Command::Txn {
+            success, failure, ..
+        } = cmd
+        {
+            let ops = if succeeded { success } else { failure };
+            for (op, result) in ops.iter().zip(&results) {
+                if let (TxnOp::Put { key, .. }, TxnResult::Put { existed: false, .. }) =
+                    (op, result)
+                {
+                    self.auth.own_key(principal, key);
+                }
+            }
+        }
+        for result in &mut results {
+            if let TxnResult::Get {
+                record: Some(record),
+                ..
+            } = result
+            {
+                record.lease_id = record
+                    .lease_id
+                    .filter(|id| self.auth.owns_lease(principal, *id));
+            }
+        }
+        Outcome::Txn { succeeded, results }
+    }
+}
+
+#[cfg(test)]
+#[path = "txn_test.rs"]
+mod txn_test;
