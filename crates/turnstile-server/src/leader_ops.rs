@@ -12,6 +12,7 @@ use crate::proto::{ProposeRequest, Proposed, ReadAnswer, ReadQuery, RouteError};
 use turnstile_core::auth::{Access, Kind};
 
 use crate::auth_views::{AuthView, WhoamiView};
+use crate::ranges;
 use crate::views::{CounterView, FenceView, KeyView, LeaseView, LockView};
 
 type WriteError = RaftError<
@@ -128,6 +129,15 @@ impl App {
                     (Ok(()), ReadQuery::Whoami) => {
                         ReadAnswer::Whoami(WhoamiView::of(state, principal))
                     }
+                    (Ok(()), ReadQuery::Leases(r)) => {
+                        let owner = (principal != turnstile_core::auth::ROOT).then_some(principal);
+                        ReadAnswer::Leases(ranges::leases(
+                            state,
+                            owner.map(String::as_str),
+                            r,
+                            now_ms,
+                        ))
+                    }
                     (Ok(()), query) => {
                         redact(state, principal, query, answer(state, query, now_ms))
                     }
@@ -146,6 +156,9 @@ fn answer(state: &turnstile_core::State, query: &ReadQuery, now_ms: u64) -> Read
         ReadQuery::Counter { name } => ReadAnswer::Counter(CounterView::of(state, name)),
         ReadQuery::Fence { name, token } => ReadAnswer::Fence(FenceView::of(state, name, *token)),
         ReadQuery::Auth => ReadAnswer::Auth(AuthView::of(state)),
+        ReadQuery::Keys(r) => ReadAnswer::Keys(ranges::keys(state, r)),
+        ReadQuery::Locks(r) => ReadAnswer::Locks(ranges::locks(state, r)),
+        ReadQuery::Leases(r) => ReadAnswer::Leases(ranges::leases(state, None, r, now_ms)),
         ReadQuery::Whoami | ReadQuery::As { .. } => ReadAnswer::Denied {
             reason: "no principal".into(),
         },
@@ -153,14 +166,18 @@ fn answer(state: &turnstile_core::State, query: &ReadQuery, now_ms: u64) -> Read
 }
 
 /// The read permission `query` needs: leases need none (only their owner sees them, below);
-/// locks and fences need read on the lock, keys and counters read on themselves.
+/// locks and fences need read on the lock, keys and counters read on themselves. A range
+/// needs read on its whole prefix: a permission whose prefix starts the range's (so
+/// `allowed` on the range's prefix itself), never item by item (`crate::ranges`).
 fn judge_read(
     state: &turnstile_core::State,
     principal: &str,
     query: &ReadQuery,
 ) -> Result<(), String> {
     let need = match query {
-        ReadQuery::Lease { .. } | ReadQuery::Whoami => return Ok(()),
+        ReadQuery::Lease { .. } | ReadQuery::Leases(_) | ReadQuery::Whoami => return Ok(()),
+        ReadQuery::Keys(r) => (Kind::Key, &r.prefix),
+        ReadQuery::Locks(r) => (Kind::Lock, &r.prefix),
         ReadQuery::Auth if principal == turnstile_core::auth::ROOT => return Ok(()),
         ReadQuery::Auth => return Err(format!("{principal} is not root: auth is for root only")),
         ReadQuery::Lock { name } | ReadQuery::Fence { name, .. } => (Kind::Lock, name),
@@ -188,6 +205,20 @@ fn redact(
     match answer {
         ReadAnswer::Lease(Some(v)) if !owns(v.lease_id) => ReadAnswer::Lease(None),
         ReadAnswer::Lock(v) => ReadAnswer::Lock(v.redacted(state, principal)),
+        ReadAnswer::Locks(mut page) => {
+            page.items = page
+                .items
+                .into_iter()
+                .map(|v| v.redacted(state, principal))
+                .collect();
+            ReadAnswer::Locks(page)
+        }
+        ReadAnswer::Keys(mut page) => {
+            for v in &mut page.items {
+                v.lease_id = v.lease_id.filter(|id| owns(*id));
+            }
+            ReadAnswer::Keys(page)
+        }
         ReadAnswer::Key(Some(mut v)) => {
             v.lease_id = v.lease_id.filter(|id| owns(*id));
             ReadAnswer::Key(Some(v))

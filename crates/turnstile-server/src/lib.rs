@@ -12,7 +12,8 @@
 //!   what they may do is judged in `turnstile_core::auth`.
 //! - [`tls`]: TLS on the port and between peers, certificate reload, `turnstile certs`.
 //! - [`api`]: client HTTP handlers; [`peer_api`]: `/raft/*` handlers; [`error`]: the one
-//!   error-to-HTTP mapping; [`views`]: read models; [`proto`]: node-to-node messages.
+//!   error-to-HTTP mapping; [`views`]: read models; [`ranges`]: paged range reads (keys,
+//!   locks, leases); [`proto`]: node-to-node messages.
 //! - [`backup`]: backup files and restoring a new cluster from one.
 //! - [`drain`]: the graceful stop's leader hand-over; [`readiness`]: what `/readyz` checks.
 //! - [`driver`]: leader ticks, expiry, cluster id; [`bootstrap`]: forming a new cluster;
@@ -50,6 +51,7 @@ pub mod metrics;
 pub mod node;
 pub mod peer_api;
 pub mod proto;
+pub mod ranges;
 pub mod readiness;
 pub mod routing;
 pub mod serve;

@@ -5,6 +5,7 @@
 use serde::{Deserialize, Serialize};
 use turnstile_core::{Command, Response};
 
+use crate::ranges::{LeaseItem, Page, Range};
 use crate::views::{CounterView, FenceView, KeyView, LeaseView, LockView};
 
 /// Peer path for proposing a write on the leader.
@@ -76,6 +77,12 @@ pub enum ReadQuery {
         principal: String,
         query: Box<ReadQuery>,
     },
+    /// A page of keys (`crate::ranges`).
+    Keys(Range<String>),
+    /// A page of locks.
+    Locks(Range<String>),
+    /// A page of leases: the principal's own inside `As` (root: all), else all.
+    Leases(Range<u64>),
 }
 
 /// The answer to a [`ReadQuery`]; `None` where the record does not exist.
@@ -92,6 +99,9 @@ pub enum ReadAnswer {
     Denied {
         reason: String,
     },
+    Keys(Page<KeyView>),
+    Locks(Page<LockView>),
+    Leases(Page<LeaseItem>),
 }
 
 /// Membership operations executed by the leader.

@@ -30,6 +30,8 @@ pub mod leases;
 pub mod locks;
 pub mod members;
 pub mod ops;
+pub mod ranges;
+pub mod txn;
 pub mod validate;
 pub mod watch;
 
@@ -40,7 +42,10 @@ pub const BODY_BYTES_MAX: usize = 256 * 1024;
 /// The client API router.
 pub fn router(app: Arc<App>) -> Router {
     let v1 = Router::new()
-        .route("/v1/leases", post(leases::grant))
+        .route("/v1/leases", post(leases::grant).get(ranges::leases))
+        .route("/v1/locks", get(ranges::locks))
+        .route("/v1/kv", get(ranges::keys))
+        .route("/v1/txn", post(txn::txn))
         .route("/v1/leases/{id}", get(leases::get).delete(leases::revoke))
         .route("/v1/leases/{id}/keepalive", post(leases::keepalive))
         .route("/v1/locks/acquire-many", post(locks::acquire_many))
@@ -132,21 +137,28 @@ async fn serving_gate(State(app): State<Arc<App>>, req: Request, next: Next) -> 
     ApiError::NotMember(msg).into_response()
 }
 
-/// The only route that takes query parameters (its own are checked by `watch::WatchQuery`).
-const QUERY_ROUTE: &str = "/v1/watch";
+/// The routes that take query parameters, by method and path; each checks its own
+/// (`watch::WatchQuery`, `ranges::NamesQuery`, `ranges::LeasesQuery`).
+const QUERY_ROUTES: [(&str, &str); 4] = [
+    ("GET", "/v1/watch"),
+    ("GET", "/v1/kv"),
+    ("GET", "/v1/locks"),
+    ("GET", "/v1/leases"),
+];
 /// Parameter names quoted in the refusal, and the bytes of each.
 const QUERY_NAMES_QUOTED_MAX: usize = 4;
 const QUERY_NAME_BYTES_QUOTED_MAX: usize = 64;
 
-/// Every route but `/v1/watch` refuses query parameters with `400 bad_request` instead of
-/// ignoring them, as docs/api.md promises: a misplaced field (`?wait_ms=`) or something this
-/// version does not do (`/v1/kv/a?prefix=`) must not be answered as if it were not there.
+/// Every other route refuses query parameters with `400 bad_request` instead of ignoring
+/// them, as docs/api.md promises: a misplaced field (`?wait_ms=`) or something this version
+/// does not do (`/v1/kv/a?prefix=`) must not be answered as if it were not there.
 async fn refuse_query(req: Request, next: Next) -> Response {
     let uri = req.uri();
     let Some(query) = uri.query().filter(|q| !q.is_empty()) else {
         return next.run(req).await;
     };
-    if uri.path() == QUERY_ROUTE {
+    let route = (req.method().as_str(), uri.path());
+    if QUERY_ROUTES.contains(&route) {
         return next.run(req).await;
     }
     let names: Vec<String> = query

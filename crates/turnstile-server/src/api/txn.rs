@@ -1,0 +1,220 @@
+//! `POST /v1/txn`: compares and two branches of key, counter and get ops, proposed as one
+//! `Command::Txn` entry (`turnstile_core::txn`). The body is checked here with the same rules
+//! `apply` uses (`txn::check_shape`), so a malformed transaction is a `400` and never reaches
+//! the log.
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::Json;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use turnstile_core::txn::{self, Compare, TxnOp, TxnResult};
+use turnstile_core::{ApplyError, Command, Fence, Outcome};
+
+use crate::api::extract::Body;
+use crate::api::ops::unexpected;
+use crate::api::validate;
+use crate::app::App;
+use crate::auth::Caller;
+use crate::error::ApiError;
+use crate::views::KeyView;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TxnBody {
+    #[serde(default)]
+    compare: Vec<CompareBody>,
+    #[serde(default)]
+    success: Vec<OpBody>,
+    #[serde(default)]
+    failure: Vec<OpBody>,
+    request_id: Option<String>,
+}
+
+/// `{key, absent: true} | {key, mod_revision} | {key, version} | {key, value} | {fence}`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CompareBody {
+    key: Option<String>,
+    absent: Option<bool>,
+    mod_revision: Option<u64>,
+    version: Option<u64>,
+    value: Option<String>,
+    fence: Option<FenceBody>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FenceBody {
+    lock: String,
+    token: u64,
+}
+
+/// `{put: {key, value, lease_id?}} | {delete: {key}} | {get: {key}} | {incr: {counter, by}}`.
+#[derive(Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum OpBody {
+    Put {
+        key: String,
+        value: String,
+        lease_id: Option<u64>,
+    },
+    Delete {
+        key: String,
+    },
+    Get {
+        key: String,
+    },
+    Incr {
+        counter: String,
+        by: i64,
+    },
+}
+
+const COMPARE_SHAPE: &str =
+    "a compare is exactly one of {key, absent: true}, {key, mod_revision}, \
+     {key, version}, {key, value}, {fence: {lock, token}}";
+
+fn compare(c: CompareBody) -> Result<Compare, ApiError> {
+    let bad = || ApiError::BadRequest(COMPARE_SHAPE.into());
+    if let Some(f) = c.fence {
+        let alone = c.key.is_none()
+            && c.absent.is_none()
+            && c.mod_revision.is_none()
+            && c.version.is_none()
+            && c.value.is_none();
+        if !alone {
+            return Err(bad());
+        }
+        validate::lock_name(&f.lock)?;
+        validate::positive_id("fence token", f.token)?;
+        return Ok(Compare::Fence(Fence {
+            lock: f.lock,
+            token: f.token,
+        }));
+    }
+    let key = c.key.ok_or_else(bad)?;
+    validate::key(&key)?;
+    match (c.absent, c.mod_revision, c.version, c.value) {
+        (Some(true), None, None, None) => Ok(Compare::Absent { key }),
+        (None, Some(mod_revision), None, None) => Ok(Compare::ModRevision { key, mod_revision }),
+        (None, None, Some(version), None) => Ok(Compare::Version { key, version }),
+        (None, None, None, Some(value)) => {
+            validate::value(&value)?;
+            Ok(Compare::Value { key, value })
+        }
+        _ => Err(bad()),
+    }
+}
+
+fn op(o: OpBody) -> Result<TxnOp, ApiError> {
+    Ok(match o {
+        OpBody::Put {
+            key,
+            value,
+            lease_id,
+        } => {
+            validate::key(&key)?;
+            validate::value(&value)?;
+            if let Some(id) = lease_id {
+                validate::positive_id("lease_id", id)?;
+            }
+            TxnOp::Put {
+                key,
+                value,
+                lease_id,
+            }
+        }
+        OpBody::Delete { key } => {
+            validate::key(&key)?;
+            TxnOp::Delete { key }
+        }
+        OpBody::Get { key } => {
+            validate::key(&key)?;
+            TxnOp::Get { key }
+        }
+        OpBody::Incr { counter, by } => {
+            validate::counter_name(&counter)?;
+            validate::counter_step(by)?;
+            TxnOp::Incr { counter, by }
+        }
+    })
+}
+
+/// Parses and checks the body into a command; counts are checked before the items.
+fn command(b: TxnBody) -> Result<Command, ApiError> {
+    use turnstile_core::limits::{TXN_COMPARES_MAX, TXN_OPS_PER_BRANCH_MAX};
+    if b.compare.len() > TXN_COMPARES_MAX
+        || b.success.len() > TXN_OPS_PER_BRANCH_MAX
+        || b.failure.len() > TXN_OPS_PER_BRANCH_MAX
+    {
+        return Err(ApiError::BadRequest(format!(
+            "a transaction has at most {TXN_COMPARES_MAX} compares and \
+             {TXN_OPS_PER_BRANCH_MAX} ops per branch"
+        )));
+    }
+    let compares: Vec<Compare> = b
+        .compare
+        .into_iter()
+        .map(compare)
+        .collect::<Result<_, _>>()?;
+    let success: Vec<TxnOp> = b.success.into_iter().map(op).collect::<Result<_, _>>()?;
+    let failure: Vec<TxnOp> = b.failure.into_iter().map(op).collect::<Result<_, _>>()?;
+    txn::check_shape(&compares, &success, &failure).map_err(|e| match e {
+        ApplyError::Invalid { reason } => ApiError::BadRequest(reason),
+        other => ApiError::Apply(other),
+    })?;
+    Ok(Command::Txn {
+        compares,
+        success,
+        failure,
+    })
+}
+
+fn result_json(r: TxnResult) -> Value {
+    match r {
+        TxnResult::Put { revision, existed } => {
+            json!({"put": {"revision": revision, "existed": existed}})
+        }
+        TxnResult::Delete { revision, existed } => {
+            json!({"delete": {"revision": revision, "existed": existed}})
+        }
+        TxnResult::Get { key, record } => {
+            let view = record.map(|k| KeyView {
+                key,
+                value: k.value,
+                create_revision: k.create_revision,
+                mod_revision: k.mod_revision,
+                version: k.version,
+                lease_id: k.lease_id,
+            });
+            json!({ "get": view })
+        }
+        TxnResult::Incr { counter, value } => {
+            json!({"incr": {"counter": counter, "value": value}})
+        }
+    }
+}
+
+pub async fn txn(
+    State(app): State<Arc<App>>,
+    caller: Caller,
+    Body(b): Body<TxnBody>,
+) -> Result<Json<Value>, ApiError> {
+    validate::request_id(b.request_id.as_deref())?;
+    let request_id = b.request_id.clone();
+    let command = command(b)?;
+    let w = app.write(&caller, request_id, command).await?;
+    match w.outcome {
+        Outcome::Txn { succeeded, results } => {
+            let results: Vec<Value> = results.into_iter().map(result_json).collect();
+            Ok(Json(json!({
+                "succeeded": succeeded,
+                "results": results,
+                "revision": w.revision,
+            })))
+        }
+        other => Err(unexpected(&other)),
+    }
+}
