@@ -13,6 +13,8 @@
 //!   forget their records at once.
 //! - `admin.rs`: operator calls on [`Client`]: membership, snapshots, backups.
 //! - `auth.rs`: root's calls on [`Client`]: roles, users, tokens, and `whoami` for anyone.
+//! - `ranges.rs`: pages of keys, locks and leases ([`Page`]) and walkers over them;
+//!   `txn.rs`: transactions ([`TxnRequest`], [`TxnResponse`]).
 //! - [`Security`] (`security.rs`): the CA bundle to trust (TLS), the client certificate, and
 //!   the bearer token, all checked when the client is built.
 //! - [`Watch`] (`watch.rs`, `sse.rs`): a server-sent-events stream that resumes by itself with
@@ -47,10 +49,12 @@ mod error;
 mod guard;
 mod keepalive;
 mod lost;
+mod ranges;
 mod request;
 mod security;
 mod session;
 mod sse;
+mod txn;
 mod types;
 mod watch;
 
@@ -68,9 +72,11 @@ pub use error::Error;
 pub use guard::LockGuard;
 pub use keepalive::{local_deadline, safety_margin, SAFETY_MARGIN_MS_MIN};
 pub use lost::{Lost, LostReason};
+pub use ranges::{LeaseItem, ListOptions, Listing, Page};
 pub use request::{new_request_id, Prepared};
 pub use security::{Security, PEM_BYTES_MAX};
 pub use session::{Session, SessionOptions, SESSION_TTL_MS_DEFAULT};
+pub use txn::{Compare, TxnOp, TxnRequest, TxnResponse, TxnResult};
 pub use types::{
     AcquireOptions, ClusterInfo, Condition, CounterValue, DeleteOptions, Deleted, Fence,
     FenceCheck, Grant, Holder, Keepalive, KeyValue, LeaseGrant, LeaseInfo, LockInfo, LockOptions,
