@@ -144,6 +144,8 @@ pub enum KvCmd {
         #[command(flatten)]
         guards: Guards,
     },
+    /// List keys and values (every page, up to --max).
+    List(crate::range_cmd::ListArgs),
 }
 
 /// `if` conditions and the fence of a key write.
@@ -259,6 +261,7 @@ pub fn refused(e: Error) -> anyhow::Result<i32> {
 pub async fn kv(args: &ClientArgs, cmd: KvCmd) -> anyhow::Result<i32> {
     let client = args.client()?;
     match cmd {
+        KvCmd::List(l) => crate::range_cmd::kv_list(args, l).await,
         KvCmd::Get { key } => match client.get(&key).await {
             Ok(Some(kv)) if args.json => print_json(&kv).map(|()| 0),
             Ok(Some(kv)) => {
@@ -391,7 +394,7 @@ fn shown(id: Option<u64>) -> String {
     id.map_or_else(|| "-".into(), |id| id.to_string())
 }
 
-fn print_lock(info: &LockInfo) {
+pub fn print_lock(info: &LockInfo) {
     if info.holders.is_empty() && info.waiters.is_empty() {
         println!("{}: free", info.name);
         return;

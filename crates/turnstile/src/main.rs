@@ -1,6 +1,7 @@
 //! The `turnstile` binary: `serve` runs one node, `dev` runs a local cluster in the
 //! foreground, the client commands (`lock`, `kv`, `lease`, `locks`, `watch`, `status`,
-//! in `client_cmd.rs` and `lock_cmd.rs`) and the operator commands (`member`, `snapshot`,
+//! in `client_cmd.rs` and `lock_cmd.rs`; `kv list`, `locks list`, `leases`, `txn` in
+//! `range_cmd.rs`) and the operator commands (`member`, `snapshot`,
 //! `backup`, `restore`, in `admin_cmd.rs`) talk to a cluster through `turnstile-client`;
 //! `certs` (in `certs_cmd.rs`) makes the cluster's CA, node and client certificates.
 
@@ -17,6 +18,7 @@ mod client_cmd;
 mod dev;
 mod duration_arg;
 mod lock_cmd;
+mod range_cmd;
 
 #[derive(Parser)]
 #[command(
@@ -57,11 +59,13 @@ enum Cmd {
     /// Grant, keep alive, revoke and show leases.
     #[command(subcommand)]
     Lease(client_cmd::LeaseCmd),
-    /// Show a lock's holders and its queue of waiters.
-    Locks {
-        /// Name of the lock.
-        name: String,
-    },
+    /// Show a lock's holders and its queue of waiters, or list locks (`locks list`).
+    Locks(range_cmd::LocksArgs),
+    /// List your leases.
+    #[command(subcommand)]
+    Leases(range_cmd::LeasesCmd),
+    /// Run a transaction given as JSON in a file or on stdin.
+    Txn(range_cmd::TxnArgs),
     /// Stream changes to keys and locks (until interrupted).
     Watch(client_cmd::WatchArgs),
     /// Show the cluster as the answering node sees it.
@@ -110,7 +114,9 @@ async fn main() -> anyhow::Result<()> {
         Cmd::Lock(args) => lock_cmd::run(client, args).await,
         Cmd::Kv(cmd) => client_cmd::kv(client, cmd).await,
         Cmd::Lease(cmd) => client_cmd::lease(client, cmd).await,
-        Cmd::Locks { name } => client_cmd::locks(client, &name).await,
+        Cmd::Locks(args) => range_cmd::locks(client, args).await,
+        Cmd::Leases(cmd) => range_cmd::leases(client, cmd).await,
+        Cmd::Txn(args) => range_cmd::txn(client, args).await,
         Cmd::Watch(args) => client_cmd::watch(client, args).await,
         Cmd::Status => client_cmd::status(client).await,
         Cmd::Member(cmd) => admin_cmd::member(client, cmd).await,
