@@ -218,3 +218,58 @@ pub async fn txn(
         other => Err(unexpected(&other)),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use turnstile_core::limits::{
+        TXN_COMPARES_MAX, TXN_OPS_PER_BRANCH_MAX, TXN_PAYLOAD_BYTES_MAX, VALUE_BYTES_MAX,
+    };
+    use turnstile_core::txn::{check_shape, Compare, TxnOp};
+    use turnstile_core::{codec, Command, Envelope};
+    use turnstile_raft::log_store::ENTRY_BYTES_MAX;
+
+    /// The largest transaction the limits admit, with the most per-item overhead (every
+    /// compare and op present, short names, the largest numbers) and the rest of the payload
+    /// in two values, wrapped for a principal with the longest request id, encodes well
+    /// under the log store's entry limit: a valid transaction can never be refused by storage.
+    #[test]
+    fn the_largest_transaction_fits_a_log_entry() {
+        let name = |i: usize| format!("{}", char::from(b'a' + (i % 26) as u8));
+        let compares: Vec<Compare> = (0..TXN_COMPARES_MAX)
+            .map(|i| Compare::ModRevision {
+                key: name(i),
+                mod_revision: u64::MAX,
+            })
+            .collect();
+        let put = |i: usize, value: String| TxnOp::Put {
+            key: format!("{}{}", name(i), name(i / 26)),
+            value,
+            lease_id: Some(u64::MAX),
+        };
+        let mut success: Vec<TxnOp> = (0..TXN_OPS_PER_BRANCH_MAX)
+            .map(|i| put(i, String::new()))
+            .collect();
+        let mut failure = success.clone();
+        let used = TXN_COMPARES_MAX + 2 * TXN_OPS_PER_BRANCH_MAX * 2;
+        let rest = TXN_PAYLOAD_BYTES_MAX - used - VALUE_BYTES_MAX;
+        success[0] = put(0, "v".repeat(VALUE_BYTES_MAX));
+        failure[0] = put(0, "v".repeat(rest));
+        check_shape(&compares, &success, &failure).expect("the largest admitted shape");
+        let env = Envelope {
+            now_ms: u64::MAX,
+            request_id: Some(format!("{} {}", "p".repeat(64), "r".repeat(128))),
+            command: Command::As {
+                principal: "p".repeat(64),
+                token_id: Some("0".repeat(16)),
+                command: Box::new(Command::Txn {
+                    compares,
+                    success,
+                    failure,
+                }),
+            },
+        };
+        let bytes = codec::encode_envelope(&env).expect("encodes").len();
+        // Room for the Raft entry around the envelope (log id, payload tag).
+        assert!(bytes + 1024 <= ENTRY_BYTES_MAX, "{bytes} bytes");
+    }
+}
