@@ -5,4 +5,5 @@ mod common;
 
 mod cli_lock;
 mod cli_ops;
+mod cli_ranges;
 mod fsync_strace;
