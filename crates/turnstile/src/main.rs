@@ -1,8 +1,9 @@
 //! The `turnstile` binary: `serve` runs one node, `dev` runs a local cluster in the
-//! foreground, the client commands (`lock`, `kv`, `lease`, `locks`, `watch`, `status`,
-//! in `client_cmd.rs` and `lock_cmd.rs`) and the operator commands (`member`, `snapshot`,
-//! `backup`, `restore`, in `admin_cmd.rs`) talk to a cluster through `turnstile-client`;
-//! `certs` (in `certs_cmd.rs`) makes the cluster's CA, node and client certificates.
+//! foreground, the client commands (`lock`, `kv`, `lease`, `locks`, `counter`, `watch`,
+//! `status`, in `client_cmd.rs`, `counter_cmd.rs` and `lock_cmd.rs`) and the operator
+//! commands (`member`, `snapshot`, `backup`, `restore`, in `admin_cmd.rs`) talk to a cluster
+//! through `turnstile-client`; `certs` (in `certs_cmd.rs`) makes the cluster's CA, node and
+//! client certificates.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -14,6 +15,7 @@ mod admin_cmd;
 mod auth_cmd;
 mod certs_cmd;
 mod client_cmd;
+mod counter_cmd;
 mod dev;
 mod duration_arg;
 mod lock_cmd;
@@ -62,6 +64,9 @@ enum Cmd {
         /// Name of the lock.
         name: String,
     },
+    /// Read and increment sequence counters.
+    #[command(subcommand)]
+    Counter(counter_cmd::CounterCmd),
     /// Stream changes to keys and locks (until interrupted).
     Watch(client_cmd::WatchArgs),
     /// Show the cluster as the answering node sees it.
@@ -98,9 +103,58 @@ fn init_logging(format: LogFormat) {
     }
 }
 
+/// Ids of the client flags (`ClientArgs`), refused by the commands that do not talk to a
+/// cluster as a client.
+const CLIENT_FLAG_IDS: [&str; 6] = [
+    "endpoints",
+    "json",
+    "cacert",
+    "client_cert",
+    "client_key",
+    "token",
+];
+
+/// Parses the command line; a client flag typed on a command that ignores it (`serve
+/// --endpoints ...`) is a usage error, not silently dropped. Values from the environment do
+/// not count: `TURNSTILE_ENDPOINTS` may well be exported in the shell that starts a node.
+fn parse_cli() -> Cli {
+    use clap::{CommandFactory, FromArgMatches};
+    let mut cmd = Cli::command();
+    let matches = cmd.clone().get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    if let Some(name) = cli.command.runs_no_client() {
+        // Global flags given after the subcommand are propagated up to these matches.
+        let typed =
+            |id: &&&str| matches.value_source(id) == Some(clap::parser::ValueSource::CommandLine);
+        if let Some(id) = CLIENT_FLAG_IDS.iter().find(typed) {
+            cmd.error(
+                clap::error::ErrorKind::ArgumentConflict,
+                format!(
+                    "--{} is a client option; `{name}` does not use it",
+                    id.replace('_', "-").replace("client-", "")
+                ),
+            )
+            .exit();
+        }
+    }
+    cli
+}
+
+impl Cmd {
+    /// The name of a command that takes no client flags, if this is one.
+    fn runs_no_client(&self) -> Option<&'static str> {
+        match self {
+            Cmd::Serve(_) => Some("serve"),
+            Cmd::Dev(_) => Some("dev"),
+            Cmd::Certs(_) => Some("certs"),
+            _ => None,
+        }
+    }
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+    let cli = parse_cli();
     init_logging(cli.log_format);
     let client = &cli.client;
     let result = match cli.command {
@@ -111,6 +165,7 @@ async fn main() -> anyhow::Result<()> {
         Cmd::Kv(cmd) => client_cmd::kv(client, cmd).await,
         Cmd::Lease(cmd) => client_cmd::lease(client, cmd).await,
         Cmd::Locks { name } => client_cmd::locks(client, &name).await,
+        Cmd::Counter(cmd) => counter_cmd::run(client, cmd).await,
         Cmd::Watch(args) => client_cmd::watch(client, args).await,
         Cmd::Status => client_cmd::status(client).await,
         Cmd::Member(cmd) => admin_cmd::member(client, cmd).await,
