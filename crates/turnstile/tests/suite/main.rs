@@ -3,6 +3,7 @@
 
 mod common;
 
+mod cli_client;
 mod cli_lock;
 mod cli_ops;
 mod fsync_strace;
