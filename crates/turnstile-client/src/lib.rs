@@ -20,6 +20,8 @@
 //! - [`Session`] (`session.rs`, `keepalive.rs`), [`Lost`] (`lost.rs`) and [`LockGuard`]
 //!   (`guard.rs`): a lease kept alive at TTL/3, a local deadline measured from the send time
 //!   of the last confirmed keepalive, and holds that carry their fencing token.
+//! - `recipes/`: [`StripedLock`] (N locks for an unbounded key space), [`Barrier`], and
+//!   [`ManyGuard`] (`Session::lock_many`: several locks granted by one entry, held as one).
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), turnstile_client::Error> {
@@ -47,6 +49,7 @@ mod error;
 mod guard;
 mod keepalive;
 mod lost;
+mod recipes;
 mod request;
 mod security;
 mod session;
@@ -68,6 +71,7 @@ pub use error::Error;
 pub use guard::LockGuard;
 pub use keepalive::{local_deadline, safety_margin, SAFETY_MARGIN_MS_MIN};
 pub use lost::{Lost, LostReason};
+pub use recipes::{stripe_of, Barrier, ManyGuard, StripedLock, STRIPES_MAX};
 pub use request::{new_request_id, Prepared};
 pub use security::{Security, PEM_BYTES_MAX};
 pub use session::{Session, SessionOptions, SESSION_TTL_MS_DEFAULT};
