@@ -20,6 +20,9 @@
 //! - [`Session`] (`session.rs`, `keepalive.rs`), [`Lost`] (`lost.rs`) and [`LockGuard`]
 //!   (`guard.rs`): a lease kept alive at TTL/3, a local deadline measured from the send time
 //!   of the last confirmed keepalive, and holds that carry their fencing token.
+//! - [`Election`] (`election.rs`) and [`Leadership`] (`leadership.rs`): campaign in FIFO order
+//!   under a session, publish a value, resign; the leadership's token fences writes, and its
+//!   [`Lost`] also fires when the watch shows the leadership ended.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), turnstile_client::Error> {
@@ -42,10 +45,12 @@ mod acks;
 mod admin;
 mod auth;
 mod client;
+mod election;
 mod endpoints;
 mod error;
 mod guard;
 mod keepalive;
+mod leadership;
 mod lost;
 mod request;
 mod security;
@@ -64,9 +69,11 @@ pub use client::{
     Client, ClientConfig, CONNECT_TIMEOUT_MS_DEFAULT, REQUEST_TIMEOUT_MS_DEFAULT,
     RETRY_BUDGET_MS_DEFAULT,
 };
+pub use election::{Campaigned, Election, ElectionInfo, ElectionLeader};
 pub use error::Error;
 pub use guard::LockGuard;
 pub use keepalive::{local_deadline, safety_margin, SAFETY_MARGIN_MS_MIN};
+pub use leadership::Leadership;
 pub use lost::{Lost, LostReason};
 pub use request::{new_request_id, Prepared};
 pub use security::{Security, PEM_BYTES_MAX};
