@@ -142,9 +142,15 @@ impl Drop for Leadership {
     }
 }
 
+/// Pause before watching again after a watch ended with an error (compacted history, a
+/// refusal), so an unreachable or refusing cluster is not asked in a tight loop.
+const REWATCH_PAUSE_MS: u64 = 1_000;
+
 /// Fires `tx` when the session is lost or the election's events show this token's
 /// leadership ended. Watches from the winning entry, so nothing after it is missed; if the
-/// history was compacted past that point, asks for the leader instead and watches on from now.
+/// watch ends (history compacted past that point, a refusal), asks for the leader instead and
+/// watches on from now. An end between that read and the new watch's start is missed by the
+/// watch; the session's signal and a refused proclaim still tell.
 async fn watch_for_end(client: Client, session_lost: Lost, won: Campaigned, tx: LostSender) {
     let election = client.election(&won.name);
     let ended = async {
@@ -165,6 +171,7 @@ async fn watch_for_end(client: Client, session_lost: Lost, won: Campaigned, tx: 
                     }
                 }
             }
+            tokio::time::sleep(std::time::Duration::from_millis(REWATCH_PAUSE_MS)).await;
             let still = election.get().await.ok().map(|i| {
                 i.leader
                     .is_some_and(|l| l.token == Some(won.token) && l.lease_id == Some(won.lease_id))
