@@ -12,6 +12,7 @@ use crate::proto::{ProposeRequest, Proposed, ReadAnswer, ReadQuery, RouteError};
 use turnstile_core::auth::{Access, Kind};
 
 use crate::auth_views::{AuthView, WhoamiView};
+use crate::election_views::ElectionView;
 use crate::views::{CounterView, FenceView, KeyView, LeaseView, LockView};
 
 type WriteError = RaftError<
@@ -146,6 +147,7 @@ fn answer(state: &turnstile_core::State, query: &ReadQuery, now_ms: u64) -> Read
         ReadQuery::Counter { name } => ReadAnswer::Counter(CounterView::of(state, name)),
         ReadQuery::Fence { name, token } => ReadAnswer::Fence(FenceView::of(state, name, *token)),
         ReadQuery::Auth => ReadAnswer::Auth(AuthView::of(state)),
+        ReadQuery::Election { name } => ReadAnswer::Election(ElectionView::of(state, name)),
         ReadQuery::Whoami | ReadQuery::As { .. } => ReadAnswer::Denied {
             reason: "no principal".into(),
         },
@@ -163,7 +165,9 @@ fn judge_read(
         ReadQuery::Lease { .. } | ReadQuery::Whoami => return Ok(()),
         ReadQuery::Auth if principal == turnstile_core::auth::ROOT => return Ok(()),
         ReadQuery::Auth => return Err(format!("{principal} is not root: auth is for root only")),
-        ReadQuery::Lock { name } | ReadQuery::Fence { name, .. } => (Kind::Lock, name),
+        ReadQuery::Lock { name } | ReadQuery::Fence { name, .. } | ReadQuery::Election { name } => {
+            (Kind::Lock, name)
+        }
         ReadQuery::Key { key } => (Kind::Key, key),
         ReadQuery::Counter { name } => (Kind::Counter, name),
         ReadQuery::As { .. } => return Err("nested principal".into()),
@@ -188,6 +192,7 @@ fn redact(
     match answer {
         ReadAnswer::Lease(Some(v)) if !owns(v.lease_id) => ReadAnswer::Lease(None),
         ReadAnswer::Lock(v) => ReadAnswer::Lock(v.redacted(state, principal)),
+        ReadAnswer::Election(v) => ReadAnswer::Election(v.redacted(state, principal)),
         ReadAnswer::Key(Some(mut v)) => {
             v.lease_id = v.lease_id.filter(|id| owns(*id));
             ReadAnswer::Key(Some(v))

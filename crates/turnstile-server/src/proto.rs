@@ -76,6 +76,10 @@ pub enum ReadQuery {
         principal: String,
         query: Box<ReadQuery>,
     },
+    /// An election's leader and published value.
+    Election {
+        name: String,
+    },
 }
 
 /// The answer to a [`ReadQuery`]; `None` where the record does not exist.
@@ -92,6 +96,7 @@ pub enum ReadAnswer {
     Denied {
         reason: String,
     },
+    Election(crate::election_views::ElectionView),
 }
 
 /// Membership operations executed by the leader.

@@ -255,6 +255,7 @@ pub fn refused(e: Error) -> anyhow::Result<i32> {
         }
         Error::LockHeld { .. }
         | Error::NotHolder { .. }
+        | Error::NotLeader { .. }
         | Error::LeaseNotFound { .. }
         | Error::KeyNotFound { .. }
         | Error::WaitTimeout { .. }

@@ -28,10 +28,10 @@ use crate::client_cmd::{refused, ClientArgs};
 use crate::duration_arg;
 
 /// Exit code when CMD cannot be started (as a shell reports a missing command).
-const EXIT_CANNOT_RUN: i32 = 127;
+pub(crate) const EXIT_CANNOT_RUN: i32 = 127;
 /// Retry budget of the release and revoke after CMD ends: short, since the lease ends by
 /// itself anyway.
-const CLEANUP_BUDGET_MS: u64 = 3_000;
+pub(crate) const CLEANUP_BUDGET_MS: u64 = 3_000;
 
 /// Most names one `turnstile lock` takes (the server's acquire-many bound).
 const NAMES_MAX: usize = 64;
@@ -216,7 +216,7 @@ fn spawn(cmd: &[String], held: &Held) -> anyhow::Result<Child> {
 
 /// Waits for CMD, passing signals on, and stops it when the session is lost. Returns CMD's
 /// status and, if it was stopped for that, why the session was lost.
-async fn supervise(
+pub(crate) async fn supervise(
     child: &mut Child,
     lost: Lost,
     kill_after: Duration,
@@ -257,7 +257,7 @@ fn send(group: Pid, sig: Signal) {
     }
 }
 
-fn exit_code(status: ExitStatus) -> i32 {
+pub(crate) fn exit_code(status: ExitStatus) -> i32 {
     status
         .code()
         .or_else(|| status.signal().map(|s| 128 + s))

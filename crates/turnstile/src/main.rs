@@ -1,9 +1,9 @@
 //! The `turnstile` binary: `serve` runs one node, `dev` runs a local cluster in the
-//! foreground, the client commands (`lock`, `kv`, `lease`, `locks`, `counter`, `watch`,
-//! `status`, in `client_cmd.rs`, `counter_cmd.rs` and `lock_cmd.rs`) and the operator
-//! commands (`member`, `snapshot`, `backup`, `restore`, in `admin_cmd.rs`) talk to a cluster
-//! through `turnstile-client`; `certs` (in `certs_cmd.rs`) makes the cluster's CA, node and
-//! client certificates.
+//! foreground, the client commands (`lock`, `elect`, `kv`, `lease`, `locks`, `counter`,
+//! `watch`, `status`, in `client_cmd.rs`, `counter_cmd.rs`, `lock_cmd.rs` and `elect_cmd.rs`)
+//! and the operator commands (`member`, `snapshot`, `backup`, `restore`, in `admin_cmd.rs`)
+//! talk to a cluster through `turnstile-client`; `certs` (in `certs_cmd.rs`) makes the
+//! cluster's CA, node and client certificates.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -18,6 +18,7 @@ mod client_cmd;
 mod counter_cmd;
 mod dev;
 mod duration_arg;
+mod elect_cmd;
 mod lock_cmd;
 
 #[derive(Parser)]
@@ -53,6 +54,9 @@ enum Cmd {
     Certs(certs_cmd::CertsCmd),
     /// Run a command while holding a lock: turnstile lock NAME [--ttl 10s] [--wait 30s] -- CMD ...
     Lock(lock_cmd::LockArgs),
+    /// Run a command while leading an election: turnstile elect NAME VALUE [--ttl 10s]
+    /// [--wait 30s] -- CMD ...; or show the leader: turnstile elect NAME --get
+    Elect(elect_cmd::ElectArgs),
     /// Read and write keys.
     #[command(subcommand)]
     Kv(client_cmd::KvCmd),
@@ -162,6 +166,7 @@ async fn main() -> anyhow::Result<()> {
         Cmd::Dev(args) => return dev::run(args).await,
         Cmd::Certs(cmd) => return certs_cmd::run(cmd),
         Cmd::Lock(args) => lock_cmd::run(client, args).await,
+        Cmd::Elect(args) => elect_cmd::run(client, args).await,
         Cmd::Kv(cmd) => client_cmd::kv(client, cmd).await,
         Cmd::Lease(cmd) => client_cmd::lease(client, cmd).await,
         Cmd::Locks { name } => client_cmd::locks(client, &name).await,

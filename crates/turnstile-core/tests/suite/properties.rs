@@ -93,6 +93,27 @@ fn command() -> impl Strategy<Value = Command> {
         (waiter(), prop::collection::vec(id(), 0..3))
             .prop_map(|(waiter_id, cycle)| Command::AbortWaiter { waiter_id, cycle }),
         prop::collection::vec(waiter(), 0..3).prop_map(|request_ids| Command::Ack { request_ids }),
+        (name(), id(), name(), 0u64..3).prop_map(|(name, lease_id, value, wait_ms)| {
+            Command::Campaign {
+                name,
+                lease_id,
+                value,
+                wait_ms,
+            }
+        }),
+        (name(), id(), id(), name()).prop_map(|(name, lease_id, token, value)| {
+            Command::Proclaim {
+                name,
+                lease_id,
+                token,
+                value,
+            }
+        }),
+        (name(), id(), id()).prop_map(|(name, lease_id, token)| Command::Resign {
+            name,
+            lease_id,
+            token
+        }),
         (prop::collection::vec(name(), 1..3), id(), 0u64..3).prop_map(
             |(names, lease_id, wait_ms)| Command::AcquireFor {
                 names,
