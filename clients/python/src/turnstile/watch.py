@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Generator, List, Optional, Tuple
 
 import httpx
 
@@ -195,13 +196,24 @@ class Watch:
         return next(self._gen)
 
     def close(self) -> None:
+        """Stops the watch; safe to call from another thread than the one iterating (that
+        one's blocked read is cut short and its iteration ends)."""
         self._closed.set()
         resp = self._resp
         if resp is not None:
-            try:
-                resp.close()
-            except Exception:  # closing from another thread may race the reader; harmless
-                pass
+            # Closing a file descriptor does not wake a thread blocked reading it; shutting
+            # the socket down does.
+            stream = resp.extensions.get("network_stream")
+            sock = stream.get_extra_info("socket") if stream is not None else None
+            if isinstance(sock, socket.socket):
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+        try:
+            self._gen.close()  # a suspended iteration: end it now, closing its connection
+        except ValueError:
+            pass  # being iterated on another thread: it ends by itself now
 
     def __enter__(self) -> "Watch":
         return self
@@ -220,7 +232,7 @@ class Watch:
             return self._now_floor + 1
         return 0
 
-    def _events(self) -> Iterator[WatchEvent]:
+    def _events(self) -> Generator[WatchEvent, None, None]:
         while not self._closed.is_set():
             conn = self._connect()
             if conn is None:
