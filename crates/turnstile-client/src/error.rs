@@ -17,6 +17,9 @@ pub enum Error {
     /// Release of a hold that this `{token, lease_id}` does not have.
     #[error("not the holder: {message}")]
     NotHolder { message: String },
+    /// Proclaim or resign by a `{lease_id, token}` that is not the election's leader.
+    #[error("not the leader: {message}")]
+    NotLeader { message: String },
     /// The lease does not exist or was due when the entry applied.
     #[error("lease not found: {message}")]
     LeaseNotFound { message: String },
@@ -159,6 +162,7 @@ impl Error {
                 message,
             },
             "not_holder" => Error::NotHolder { message },
+            "not_leader" => Error::NotLeader { message },
             "lease_not_found" => Error::LeaseNotFound { message },
             "wait_timeout" => Error::WaitTimeout { message },
             "mode_mismatch" => Error::ModeMismatch { message },

@@ -22,6 +22,11 @@
 //! - [`Session`] (`session.rs`, `keepalive.rs`), [`Lost`] (`lost.rs`) and [`LockGuard`]
 //!   (`guard.rs`): a lease kept alive at TTL/3, a local deadline measured from the send time
 //!   of the last confirmed keepalive, and holds that carry their fencing token.
+//! - `recipes/`: [`StripedLock`] (N locks for an unbounded key space), [`Barrier`], and
+//!   [`ManyGuard`] (`Session::lock_many`: several locks granted by one entry, held as one).
+//! - [`Election`] (`election.rs`) and [`Leadership`] (`leadership.rs`): campaign in FIFO order
+//!   under a session, publish a value, resign; the leadership's token fences writes, and its
+//!   [`Lost`] also fires when the watch shows the leadership ended.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), turnstile_client::Error> {
@@ -44,11 +49,14 @@ mod acks;
 mod admin;
 mod auth;
 mod client;
+mod election;
 mod endpoints;
 mod error;
 mod guard;
 mod keepalive;
+mod leadership;
 mod lost;
+mod recipes;
 mod ranges;
 mod request;
 mod security;
@@ -68,10 +76,13 @@ pub use client::{
     Client, ClientConfig, CONNECT_TIMEOUT_MS_DEFAULT, REQUEST_TIMEOUT_MS_DEFAULT,
     RETRY_BUDGET_MS_DEFAULT,
 };
+pub use election::{Campaigned, Election, ElectionInfo, ElectionLeader};
 pub use error::Error;
 pub use guard::LockGuard;
 pub use keepalive::{local_deadline, safety_margin, SAFETY_MARGIN_MS_MIN};
+pub use leadership::Leadership;
 pub use lost::{Lost, LostReason};
+pub use recipes::{stripe_of, Barrier, ManyGuard, StripedLock, STRIPES_MAX};
 pub use ranges::{LeaseItem, ListOptions, Listing, Page};
 pub use request::{new_request_id, Prepared};
 pub use security::{Security, PEM_BYTES_MAX};

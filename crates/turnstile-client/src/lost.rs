@@ -14,6 +14,9 @@ pub enum LostReason {
     DeadlinePassed,
     /// The session was closed or dropped.
     Closed,
+    /// The election's leadership ended while the session lived on (observed on the watch:
+    /// resigned, or its grant withdrawn). Only a [`crate::Leadership`]'s signal fires this.
+    LeadershipEnded,
 }
 
 impl std::fmt::Display for LostReason {
@@ -24,6 +27,7 @@ impl std::fmt::Display for LostReason {
                 "no keepalive was confirmed before the local deadline; the lease may have expired"
             }
             LostReason::Closed => "the session was closed",
+            LostReason::LeadershipEnded => "the leadership ended",
         })
     }
 }

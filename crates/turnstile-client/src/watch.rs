@@ -74,6 +74,10 @@ pub enum EventKind {
     LockGranted,
     LockReleased,
     LeaseExpired,
+    /// An election got a leader, or its leader proclaimed a new value.
+    ElectionLeader,
+    /// An election's leader stopped leading.
+    ElectionResigned,
     /// A kind this client does not know (a newer server).
     Other(String),
 }
@@ -86,13 +90,15 @@ impl EventKind {
             "lock_granted" => EventKind::LockGranted,
             "lock_released" => EventKind::LockReleased,
             "lease_expired" => EventKind::LeaseExpired,
+            "election_leader" => EventKind::ElectionLeader,
+            "election_resigned" => EventKind::ElectionResigned,
             other => EventKind::Other(other.to_string()),
         }
     }
 }
 
 /// One watch event. `data` is the event's whole JSON object (`revision`, `seq`, `kind` and the
-/// kind's fields: `key`, `value`, `lock`, `lease_id`, `token`, `mode`, `cause`).
+/// kind's fields: `key`, `value`, `lock`, `election`, `lease_id`, `token`, `mode`, `cause`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct WatchEvent {
     pub revision: u64,
@@ -116,7 +122,7 @@ impl WatchEvent {
         self.str_field("key")
     }
 
-    /// The value of a `put`.
+    /// The value of a `put` or an `election_leader`.
     pub fn value(&self) -> Option<&str> {
         self.str_field("value")
     }
@@ -124,6 +130,11 @@ impl WatchEvent {
     /// The lock name of a lock event (`lock` in the event's JSON).
     pub fn lock(&self) -> Option<&str> {
         self.str_field("lock")
+    }
+
+    /// The election name of an election event (`election` in the event's JSON).
+    pub fn election(&self) -> Option<&str> {
+        self.str_field("election")
     }
 
     pub fn lease_id(&self) -> Option<u64> {

@@ -200,6 +200,23 @@ impl State {
                 request_id,
                 expired,
             ),
+            Command::Campaign {
+                name,
+                lease_id,
+                value,
+                wait_ms,
+            } => self.campaign(ctx, name, *lease_id, value, *wait_ms, request_id),
+            Command::Proclaim {
+                name,
+                lease_id,
+                token,
+                value,
+            } => self.proclaim(ctx, name, *lease_id, *token, value),
+            Command::Resign {
+                name,
+                lease_id,
+                token,
+            } => self.resign(ctx, name, *lease_id, *token),
             Command::Txn {
                 compares,
                 success,
@@ -577,6 +594,7 @@ impl State {
                         cause,
                     },
                 );
+                self.hold_left(ctx.index, name, lease_id, token, cause);
                 affected.insert(name.clone());
             }
         }

@@ -498,6 +498,16 @@ impl State {
                 own(*lease_id)?;
                 auth.require(principal, Kind::Lock, name, Access::Write)
             }
+            // An election is the lock of its name: the same permission and quota.
+            Command::Campaign { name, lease_id, .. } => {
+                own(*lease_id)?;
+                auth.require(principal, Kind::Lock, name, Access::Write)?;
+                self.lock_quota(principal, 1, &quotas)
+            }
+            Command::Proclaim { name, lease_id, .. } | Command::Resign { name, lease_id, .. } => {
+                own(*lease_id)?;
+                auth.require(principal, Kind::Lock, name, Access::Write)
+            }
             Command::KvPut {
                 key,
                 lease_id,
@@ -660,6 +670,33 @@ impl State {
             } => auth
                 .allowed(principal, Kind::Lock, name, Access::Read)
                 .then(|| Event::LockReleased {
+                    name: name.clone(),
+                    lease_id: lease_seen(*lease_id),
+                    token: if mine(*lease_id) { *token } else { 0 },
+                    cause: *cause,
+                }),
+            // The published value is public to readers of the lock; whose lease leads is not.
+            Event::ElectionLeader {
+                name,
+                lease_id,
+                token,
+                value,
+            } => auth
+                .allowed(principal, Kind::Lock, name, Access::Read)
+                .then(|| Event::ElectionLeader {
+                    name: name.clone(),
+                    lease_id: lease_seen(*lease_id),
+                    token: if mine(*lease_id) { *token } else { 0 },
+                    value: value.clone(),
+                }),
+            Event::ElectionResigned {
+                name,
+                lease_id,
+                token,
+                cause,
+            } => auth
+                .allowed(principal, Kind::Lock, name, Access::Read)
+                .then(|| Event::ElectionResigned {
                     name: name.clone(),
                     lease_id: lease_seen(*lease_id),
                     token: if mine(*lease_id) { *token } else { 0 },

@@ -11,8 +11,9 @@ use crate::command::{Command, Envelope};
 use crate::state::State;
 
 /// Version of the state encoding written today. 2 appends the auth state (`crate::auth`) after
-/// the state; a version-1 frame decodes with an empty auth state.
-pub const STATE_FORMAT_VERSION: u32 = 2;
+/// the state; 3 appends the election campaigns (`crate::elections`) after that. An older
+/// frame decodes with what it lacks empty.
+pub const STATE_FORMAT_VERSION: u32 = 3;
 
 /// Why bytes could not be decoded.
 #[derive(Debug, thiserror::Error)]
@@ -40,6 +41,14 @@ struct StateFrameV2<T, A> {
     version: u32,
     state: T,
     auth: A,
+}
+
+#[derive(Serialize, Deserialize)]
+struct StateFrameV3<T, A, C> {
+    version: u32,
+    state: T,
+    auth: A,
+    campaigns: C,
 }
 
 fn config() -> bincode::config::Configuration {
@@ -119,10 +128,11 @@ pub fn decode_envelope(bytes: &[u8]) -> Result<Envelope, CodecError> {
 
 /// Encodes the state, framed with [`STATE_FORMAT_VERSION`].
 pub fn encode_state(state: &State) -> Result<Vec<u8>, CodecError> {
-    encode(&StateFrameV2 {
+    encode(&StateFrameV3 {
         version: STATE_FORMAT_VERSION,
         state,
         auth: &state.auth,
+        campaigns: &state.campaigns,
     })
 }
 
@@ -138,10 +148,17 @@ pub fn decode_state(bytes: &[u8]) -> Result<State, CodecError> {
     let mut state = if version == 1 {
         let frame: StateFrame<State> = decode(bytes)?;
         frame.state
-    } else {
+    } else if version == 2 {
         let frame: StateFrameV2<State, crate::auth::AuthState> = decode(bytes)?;
         let mut state = frame.state;
         state.auth = frame.auth;
+        state
+    } else {
+        type Campaigns = crate::cow::Map<(String, u64), crate::elections::Campaign>;
+        let frame: StateFrameV3<State, crate::auth::AuthState, Campaigns> = decode(bytes)?;
+        let mut state = frame.state;
+        state.auth = frame.auth;
+        state.campaigns = frame.campaigns;
         state
     };
     state.rebuild_derived();

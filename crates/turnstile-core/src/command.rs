@@ -153,6 +153,30 @@ pub enum Command {
     AuthDeleteToken {
         token_id: String,
     },
+    /// Campaigns in election `name` (`crate::elections`): an exclusive acquire of the lock
+    /// `name` that also publishes `value` while it leads. Queued FIFO like `AcquireFor`
+    /// (under the envelope's `request_id` as waiter id when `wait_ms > 0`); the entry that
+    /// makes it leader gives it that entry's index as its token.
+    Campaign {
+        name: String,
+        lease_id: u64,
+        value: String,
+        wait_ms: u64,
+    },
+    /// The leader `{lease_id, token}` of election `name` publishes a new value.
+    Proclaim {
+        name: String,
+        lease_id: u64,
+        token: u64,
+        value: String,
+    },
+    /// The leader `{lease_id, token}` of election `name` steps down; the next campaigner in
+    /// FIFO order leads from this entry.
+    Resign {
+        name: String,
+        lease_id: u64,
+        token: u64,
+    },
     /// A transaction (`crate::txn`): every compare is judged against the state at apply,
     /// then `success` (all compares hold) or `failure` runs, all of its ops or none.
     Txn {
@@ -214,7 +238,10 @@ impl Command {
             | Command::LockAcquire { lease_id, .. }
             | Command::Acquire { lease_id, .. }
             | Command::AcquireFor { lease_id, .. }
-            | Command::LockRelease { lease_id, .. } => Some(*lease_id),
+            | Command::LockRelease { lease_id, .. }
+            | Command::Campaign { lease_id, .. }
+            | Command::Proclaim { lease_id, .. }
+            | Command::Resign { lease_id, .. } => Some(*lease_id),
             Command::KvPut { lease_id, .. } => *lease_id,
             Command::As { command, .. } => command.concerned_lease(),
             _ => None,
@@ -246,6 +273,9 @@ impl Command {
             Command::AuthDeleteUser { .. } => "auth_delete_user",
             Command::AuthCreateToken { .. } => "auth_create_token",
             Command::AuthDeleteToken { .. } => "auth_delete_token",
+            Command::Campaign { .. } => "campaign",
+            Command::Proclaim { .. } => "proclaim",
+            Command::Resign { .. } => "resign",
             Command::Txn { .. } => "txn",
         }
     }

@@ -60,6 +60,21 @@ pub enum Event {
     LeaseExpired {
         lease_id: u64,
     },
+    /// A candidate became leader of election `name`, or the leader proclaimed a new value.
+    ElectionLeader {
+        name: String,
+        lease_id: u64,
+        token: u64,
+        value: String,
+    },
+    /// The leader of election `name` stopped leading (resigned, its lease ended, or its
+    /// grant was withdrawn by a lost-race cancel).
+    ElectionResigned {
+        name: String,
+        lease_id: u64,
+        token: u64,
+        cause: ReleaseCause,
+    },
 }
 
 impl Event {
@@ -71,6 +86,8 @@ impl Event {
             Event::LockGranted { .. } => "lock_granted",
             Event::LockReleased { .. } => "lock_released",
             Event::LeaseExpired { .. } => "lease_expired",
+            Event::ElectionLeader { .. } => "election_leader",
+            Event::ElectionResigned { .. } => "election_resigned",
         }
     }
 
@@ -79,7 +96,10 @@ impl Event {
     pub fn subject(&self) -> Option<&str> {
         match self {
             Event::Put { key, .. } | Event::Delete { key } => Some(key),
-            Event::LockGranted { name, .. } | Event::LockReleased { name, .. } => Some(name),
+            Event::LockGranted { name, .. }
+            | Event::LockReleased { name, .. }
+            | Event::ElectionLeader { name, .. }
+            | Event::ElectionResigned { name, .. } => Some(name),
             Event::LeaseExpired { .. } => None,
         }
     }

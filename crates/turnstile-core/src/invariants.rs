@@ -20,6 +20,7 @@ impl State {
         self.check_locks()?;
         self.check_keys()?;
         self.check_auth()?;
+        self.check_campaigns()?;
         self.check_requests()
     }
 
@@ -226,6 +227,41 @@ impl State {
                 "auth indexes {:?} / {:?} differ from a rebuild {leases_by_owner:?} / {usage:?}",
                 self.auth.leases_by_owner, self.auth.usage,
             ));
+        }
+        Ok(())
+    }
+
+    /// A campaign stands for a hold or a queued ticket of its lease on a one-permit lock.
+    fn check_campaigns(&self) -> Result<(), InvariantViolation> {
+        if self.campaigns.len() > crate::limits::CAMPAIGNS_MAX {
+            return fail(format!("{} campaigns stored", self.campaigns.len()));
+        }
+        for ((name, lease_id), c) in &self.campaigns {
+            if c.value.len() > crate::limits::ELECTION_VALUE_BYTES_MAX {
+                return fail(format!("election {name} value of {} bytes", c.value.len()));
+            }
+            let Some(lock) = self.locks.get(name) else {
+                return fail(format!(
+                    "campaign of lease {lease_id} in idle election {name}"
+                ));
+            };
+            if lock.permits != 1 {
+                return fail(format!("election {name} on a {}-permit lock", lock.permits));
+            }
+            let holds = lock
+                .holders
+                .iter()
+                .any(|h| h.lease_id == *lease_id && h.mode == crate::LockMode::Exclusive);
+            let waits = lock.queue.iter().any(|w| {
+                self.tickets.get(w).is_some_and(|t| {
+                    t.lease_id == *lease_id && t.mode == crate::LockMode::Exclusive
+                })
+            });
+            if !holds && !waits {
+                return fail(format!(
+                    "campaign of lease {lease_id} in election {name} neither leads nor waits"
+                ));
+            }
         }
         Ok(())
     }

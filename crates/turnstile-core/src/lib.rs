@@ -9,6 +9,8 @@
 //!   (modes, semaphores, queues, multi-lock), [`deadlock`] the wait-for graph, [`events`]
 //!   the replicated watch history; `records` keeps request-id records bounded (pinned while
 //!   a hold or wait lives, then a retry window, or gone at once when acknowledged).
+//! - [`elections`]: an election is a lock whose holder publishes a value; campaign,
+//!   proclaim, resign, and the leader read.
 //! - [`txn`]: transactions: compares judged together, then one branch applied whole.
 //! - [`auth`]: users, roles, tokens, ownership and quotas, judged in `apply` for `Command::As`.
 //! - [`invariants`]: cross-record checks, run after every apply in tests.
@@ -27,6 +29,7 @@ pub mod codec;
 pub mod command;
 pub mod cow;
 pub mod deadlock;
+pub mod elections;
 pub mod events;
 pub mod invariants;
 pub mod limits;

@@ -51,6 +51,14 @@ pub const PERMITS_MAX: u32 = 10_000;
 /// Watch events retained in the replicated history; a watch starting before the oldest gets
 /// `compacted`.
 pub const WATCH_HISTORY_EVENTS_MAX: usize = 10_000;
+/// Longest election name, in bytes: an election is the lock of the same name.
+pub const ELECTION_NAME_BYTES_MAX: usize = LOCK_NAME_BYTES_MAX;
+/// Largest value an election candidate publishes, in bytes: the same bound as a key's value,
+/// for the same reason (it travels in one log entry).
+pub const ELECTION_VALUE_BYTES_MAX: usize = VALUE_BYTES_MAX;
+/// Most campaigns (leaders and queued candidates, all elections) stored at once; a campaign
+/// past it fails with `limit_reached`.
+pub const CAMPAIGNS_MAX: usize = 1_000_000;
 /// Most compares in one transaction.
 pub const TXN_COMPARES_MAX: usize = 64;
 /// Most operations in one branch (`success` or `failure`) of a transaction.

@@ -251,6 +251,7 @@ impl State {
                 mode,
             };
             self.push_event(ctx.index, event);
+            self.granted_hold(ctx, name, lease_id);
         }
     }
 
@@ -303,6 +304,7 @@ impl State {
                 cause,
             },
         );
+        self.hold_left(ctx.index, name, lease_id, token, cause);
         self.pump(ctx, [name.to_string()].into());
         true
     }
@@ -323,6 +325,7 @@ impl State {
         if let Some(lease) = self.leases.get_mut(&ticket.lease_id) {
             lease.tickets.remove(waiter_id);
         }
+        self.ticket_left(&ticket.names, ticket.lease_id);
         self.answer(ctx, waiter_id, outcome);
         Some(ticket)
     }

@@ -36,7 +36,8 @@ impl State {
             (
                 Command::Acquire { lease_id, .. }
                 | Command::AcquireFor { lease_id, .. }
-                | Command::LockAcquire { lease_id, .. },
+                | Command::LockAcquire { lease_id, .. }
+                | Command::Campaign { lease_id, .. },
                 Ok(Outcome::Granted { .. } | Outcome::Queued { .. }),
             ) => Some(*lease_id),
             _ => None,

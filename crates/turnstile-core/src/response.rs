@@ -83,6 +83,11 @@ pub enum Outcome {
         token_id: String,
         expires_ms: Option<u64>,
     },
+    /// The leader of election `name` published a new value.
+    Proclaimed {
+        name: String,
+        token: u64,
+    },
     /// A `Txn` entry: which branch ran (`succeeded`: every compare held) and one result per
     /// op of that branch, in order.
     Txn {
@@ -143,6 +148,8 @@ pub enum ApplyError {
     Unauthenticated { reason: String },
     #[error("{what} not found")]
     AuthNotFound { what: String },
+    #[error("token {token} is not the current leader of election {name}")]
+    NotLeader { name: String, token: u64 },
 }
 
 /// A final answer for a waiter, produced by the entry that decided it (grant, lease end,

@@ -44,6 +44,11 @@ pub struct State {
     /// in a version-2 frame (`codec`), so version-1 snapshots still decode (with no auth).
     #[serde(skip)]
     pub auth: crate::auth::AuthState,
+    /// Election candidates' published values by `(election, lease_id)` (`crate::elections`).
+    /// Encoded after the auth state in a version-3 frame (`codec`), so version-1 and -2
+    /// snapshots still decode (with no campaigns).
+    #[serde(skip)]
+    pub campaigns: cow::Map<(String, u64), crate::elections::Campaign>,
 }
 
 /// One key.
@@ -135,7 +140,8 @@ impl State {
             + self.requests.len()
             + self.events.len()
             + self.auth.lease_owners.len()
-            + self.auth.key_owners.len();
+            + self.auth.key_owners.len()
+            + self.campaigns.len();
         n as u64
     }
 

@@ -124,15 +124,26 @@ pub struct ServeArgs {
     /// Optional TOML file with any of these settings (flags and env win).
     #[arg(long, env = "TURNSTILE_CONFIG")]
     pub config: Option<PathBuf>,
-    #[arg(long, env = "TURNSTILE_HEARTBEAT_MS")]
+    /// How often the leader sends heartbeats, in ms (default 100; at most half of
+    /// --election-timeout-ms-min).
+    #[arg(long, env = "TURNSTILE_HEARTBEAT_MS", value_name = "MS")]
     pub heartbeat_ms: Option<u64>,
-    #[arg(long, env = "TURNSTILE_ELECTION_TIMEOUT_MS_MIN")]
+    /// Shortest time a follower waits without hearing from a leader before it campaigns, in
+    /// ms (default 500). Raise it (not lease TTLs) for slow disks or networks.
+    #[arg(long, env = "TURNSTILE_ELECTION_TIMEOUT_MS_MIN", value_name = "MS")]
     pub election_timeout_ms_min: Option<u64>,
-    #[arg(long, env = "TURNSTILE_ELECTION_TIMEOUT_MS_MAX")]
+    /// Longest such wait, in ms (default 1000); each election draws in [min, max).
+    #[arg(long, env = "TURNSTILE_ELECTION_TIMEOUT_MS_MAX", value_name = "MS")]
     pub election_timeout_ms_max: Option<u64>,
-    #[arg(long, env = "TURNSTILE_TICK_MS")]
+    /// How often the leader commits a tick entry that advances the cluster clock and expires
+    /// leases while any lease exists, in ms (default 500, within 10..=10000). Lease expiry
+    /// is late by up to this much.
+    #[arg(long, env = "TURNSTILE_TICK_MS", value_name = "MS")]
     pub tick_ms: Option<u64>,
-    #[arg(long, env = "TURNSTILE_REQUEST_TIMEOUT_MS")]
+    /// How long the node works on one client request (forwarding, commit, read barrier)
+    /// before answering `unavailable` or `indeterminate`, in ms (default 5000; at least two
+    /// election timeouts).
+    #[arg(long, env = "TURNSTILE_REQUEST_TIMEOUT_MS", value_name = "MS")]
     pub request_timeout_ms: Option<u64>,
     /// Take a snapshot after at least this many entries since the last one; more when the
     /// state holds more records (as many entries as records: docs/operations.md).
@@ -592,6 +603,31 @@ mod tests {
             initial_cluster: Some("1=127.0.0.1:1".into()),
             cluster_secret: Some("0123456789".into()),
             ..ServeArgs::default()
+        }
+    }
+
+    /// The help of each timing flag states its default, and that figure is the constant the
+    /// node uses: the text cannot drift from the code unnoticed.
+    #[test]
+    fn timing_flags_show_their_defaults() {
+        let cmd = <ServeArgs as clap::Args>::augment_args(clap::Command::new("serve"));
+        let cases = [
+            ("heartbeat_ms", HEARTBEAT_MS_DEFAULT),
+            ("election_timeout_ms_min", ELECTION_TIMEOUT_MS_MIN_DEFAULT),
+            ("election_timeout_ms_max", ELECTION_TIMEOUT_MS_MAX_DEFAULT),
+            ("tick_ms", TICK_MS_DEFAULT),
+            ("request_timeout_ms", REQUEST_TIMEOUT_MS_DEFAULT),
+        ];
+        for (id, default) in cases {
+            let arg = cmd
+                .get_arguments()
+                .find(|a| a.get_id() == id)
+                .unwrap_or_else(|| panic!("no flag {id}"));
+            let help = arg.get_help().map(|h| h.to_string()).unwrap_or_default();
+            assert!(
+                help.contains(&format!("(default {default}")),
+                "{id}: help {help:?} does not state the default {default}"
+            );
         }
     }
 

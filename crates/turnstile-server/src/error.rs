@@ -102,6 +102,7 @@ fn apply_status(e: &ApplyError) -> (StatusCode, &'static str) {
         ApplyError::QuotaExceeded { .. } => (S::TOO_MANY_REQUESTS, "quota_exceeded"),
         ApplyError::Unauthenticated { .. } => (S::UNAUTHORIZED, "unauthenticated"),
         ApplyError::AuthNotFound { .. } => (S::NOT_FOUND, "not_found"),
+        ApplyError::NotLeader { .. } => (S::CONFLICT, "not_leader"),
     }
 }
 

@@ -12,6 +12,7 @@ use crate::proto::{ProposeRequest, Proposed, ReadAnswer, ReadQuery, RouteError};
 use turnstile_core::auth::{Access, Kind};
 
 use crate::auth_views::{AuthView, WhoamiView};
+use crate::election_views::ElectionView;
 use crate::ranges;
 use crate::views::{CounterView, FenceView, KeyView, LeaseView, LockView};
 
@@ -156,6 +157,7 @@ fn answer(state: &turnstile_core::State, query: &ReadQuery, now_ms: u64) -> Read
         ReadQuery::Counter { name } => ReadAnswer::Counter(CounterView::of(state, name)),
         ReadQuery::Fence { name, token } => ReadAnswer::Fence(FenceView::of(state, name, *token)),
         ReadQuery::Auth => ReadAnswer::Auth(AuthView::of(state)),
+        ReadQuery::Election { name } => ReadAnswer::Election(ElectionView::of(state, name)),
         ReadQuery::Keys(r) => ReadAnswer::Keys(ranges::keys(state, r)),
         ReadQuery::Locks(r) => ReadAnswer::Locks(ranges::locks(state, r)),
         ReadQuery::Leases(r) => ReadAnswer::Leases(ranges::leases(state, None, r, now_ms)),
@@ -180,7 +182,9 @@ fn judge_read(
         ReadQuery::Locks(r) => (Kind::Lock, &r.prefix),
         ReadQuery::Auth if principal == turnstile_core::auth::ROOT => return Ok(()),
         ReadQuery::Auth => return Err(format!("{principal} is not root: auth is for root only")),
-        ReadQuery::Lock { name } | ReadQuery::Fence { name, .. } => (Kind::Lock, name),
+        ReadQuery::Lock { name } | ReadQuery::Fence { name, .. } | ReadQuery::Election { name } => {
+            (Kind::Lock, name)
+        }
         ReadQuery::Key { key } => (Kind::Key, key),
         ReadQuery::Counter { name } => (Kind::Counter, name),
         ReadQuery::As { .. } => return Err("nested principal".into()),
@@ -205,6 +209,7 @@ fn redact(
     match answer {
         ReadAnswer::Lease(Some(v)) if !owns(v.lease_id) => ReadAnswer::Lease(None),
         ReadAnswer::Lock(v) => ReadAnswer::Lock(v.redacted(state, principal)),
+        ReadAnswer::Election(v) => ReadAnswer::Election(v.redacted(state, principal)),
         ReadAnswer::Locks(mut page) => {
             page.items = page
                 .items

@@ -12,8 +12,8 @@
 //!   what they may do is judged in `turnstile_core::auth`.
 //! - [`tls`]: TLS on the port and between peers, certificate reload, `turnstile certs`.
 //! - [`api`]: client HTTP handlers; [`peer_api`]: `/raft/*` handlers; [`error`]: the one
-//!   error-to-HTTP mapping; [`views`]: read models; [`ranges`]: paged range reads (keys,
-//!   locks, leases); [`proto`]: node-to-node messages.
+//!   error-to-HTTP mapping; [`views`] and [`election_views`]: read models; [`ranges`]: paged
+//!   range reads (keys, locks, leases); [`proto`]: node-to-node messages.
 //! - [`backup`]: backup files and restoring a new cluster from one.
 //! - [`drain`]: the graceful stop's leader hand-over; [`readiness`]: what `/readyz` checks.
 //! - [`driver`]: leader ticks, expiry, cluster id; [`bootstrap`]: forming a new cluster;
@@ -42,6 +42,7 @@ pub mod config;
 pub mod denials;
 pub mod drain;
 pub mod driver;
+pub mod election_views;
 pub mod error;
 pub mod http_server;
 pub mod identity;

@@ -77,6 +77,10 @@ pub enum ReadQuery {
         principal: String,
         query: Box<ReadQuery>,
     },
+    /// An election's leader and published value.
+    Election {
+        name: String,
+    },
     /// A page of keys (`crate::ranges`).
     Keys(Range<String>),
     /// A page of locks.
@@ -99,6 +103,7 @@ pub enum ReadAnswer {
     Denied {
         reason: String,
     },
+    Election(crate::election_views::ElectionView),
     Keys(Page<KeyView>),
     Locks(Page<LockView>),
     Leases(Page<LeaseItem>),

@@ -107,7 +107,7 @@ fn print_members(m: &Members) {
 /// Snapshots every node in `--endpoints` (each node snapshots its own state).
 pub async fn snapshot(args: &ClientArgs) -> anyhow::Result<i32> {
     let mut code = 0;
-    for endpoint in &args.endpoints {
+    for endpoint in &args.endpoints()? {
         let client = args.client_for(vec![endpoint.clone()])?;
         match client.snapshot().await {
             Ok(s) if args.json => print_json(&s)?,

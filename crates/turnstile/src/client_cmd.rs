@@ -26,17 +26,26 @@ pub const EXIT_REFUSED: i32 = 1;
 /// Exit code when the outcome of a write is unknown (`indeterminate`).
 pub const EXIT_INDETERMINATE: i32 = 3;
 
-/// Client options shared by every client command.
+/// The refusal of a client command that was not told where the cluster is.
+pub const NO_ENDPOINTS: &str = "no cluster to talk to: pass --endpoints HOST:PORT[,HOST:PORT...] \
+     or set TURNSTILE_ENDPOINTS (`turnstile dev` prints the line for its cluster)";
+
+/// Client options shared by every client command. clap lists global flags under every
+/// subcommand, `serve` included, so they carry a heading of their own, and `main` refuses them
+/// on the commands that run a node or make certificates (`serve`, `dev`, `certs`).
 #[derive(Args, Clone)]
+#[command(next_help_heading = "Client options (client commands only)")]
 pub struct ClientArgs {
     /// Cluster nodes to talk to (any node answers; the others are tried when one fails):
-    /// ip:port, http://h:p or https://h:p. With --cacert, ip:port means https.
+    /// ip:port, http://h:p or https://h:p. With --cacert, ip:port means https. No default:
+    /// a client command without it (or TURNSTILE_ENDPOINTS) is refused rather than sent to
+    /// whatever listens on some well-known local port. `turnstile dev` prints the line to use.
     #[arg(
         long,
         global = true,
         env = "TURNSTILE_ENDPOINTS",
         value_delimiter = ',',
-        default_value = "127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003"
+        value_name = "ENDPOINTS"
     )]
     pub endpoints: Vec<String>,
     /// Print JSON (for scripts) instead of human-readable text.
@@ -94,7 +103,15 @@ impl std::fmt::Debug for ClientArgs {
 impl ClientArgs {
     /// A client for every endpoint in --endpoints.
     pub fn client(&self) -> anyhow::Result<Client> {
-        self.client_for(self.endpoints.clone())
+        self.client_for(self.endpoints()?)
+    }
+
+    /// --endpoints (or TURNSTILE_ENDPOINTS), or the error that says how to give them.
+    pub fn endpoints(&self) -> anyhow::Result<Vec<String>> {
+        if self.endpoints.iter().all(|e| e.trim().is_empty()) {
+            anyhow::bail!("{NO_ENDPOINTS}");
+        }
+        Ok(self.endpoints.clone())
     }
 
     /// A client for these endpoints, with the TLS and credential flags.
@@ -240,6 +257,7 @@ pub fn refused(e: Error) -> anyhow::Result<i32> {
         }
         Error::LockHeld { .. }
         | Error::NotHolder { .. }
+        | Error::NotLeader { .. }
         | Error::LeaseNotFound { .. }
         | Error::KeyNotFound { .. }
         | Error::WaitTimeout { .. }
@@ -552,5 +570,25 @@ mod tests {
         plain.endpoints = vec!["10.0.0.1:7001".into()];
         let err = plain.client().map(|_| ()).expect_err("token over http");
         assert!(err.to_string().contains("plain HTTP"), "{err:#}");
+    }
+
+    /// No silent default: without --endpoints or TURNSTILE_ENDPOINTS the command is refused
+    /// with a message naming both.
+    #[test]
+    fn endpoints_have_no_default() {
+        let cli = Cli::try_parse_from(["turnstile"]).map_err(|e| e.to_string());
+        let Ok(mut cli) = cli else {
+            panic!("{cli:?}");
+        };
+        // The environment of the test run must not decide the outcome.
+        cli.client.endpoints.clear();
+        let err = cli.client.client().map(|_| ()).expect_err("no endpoints");
+        let shown = err.to_string();
+        assert!(
+            shown.contains("--endpoints") && shown.contains("TURNSTILE_ENDPOINTS"),
+            "{shown}"
+        );
+        cli.client.endpoints = vec!["127.0.0.1:7001".into()];
+        assert!(cli.client.client().is_ok());
     }
 }

@@ -130,17 +130,23 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     println!("  {curl} -XPOST {scheme}://{first}/v1/locks/demo/acquire -d '{{\"lease_id\": <lease_id>, \"wait_ms\": 0}}'");
     println!("  {curl} -XPOST {scheme}://{first}/v1/locks/demo/release -d '{{\"lease_id\": <lease_id>, \"token\": <token>}}'");
     println!("  {curl} {scheme}://{first}/v1/cluster");
+    // The CLI has no default cluster: this is the line that points it at this one.
+    let endpoints: Vec<String> = members
+        .values()
+        .map(|a| format!("{scheme}://{a}"))
+        .collect();
+    println!("  export TURNSTILE_ENDPOINTS={}", endpoints.join(","));
     if args.secure {
         use turnstile_server::tls::certs;
         let client = certs::client_paths(&certs_dir, DEV_USER);
-        let endpoints: Vec<String> = members.values().map(|a| format!("https://{a}")).collect();
         println!(
-            "  turnstile --endpoints {} --cacert {} --cert {} --key {} status",
-            endpoints.join(","),
+            "  turnstile --cacert {} --cert {} --key {} status",
             certs::ca_paths(&certs_dir).cert.display(),
             client.cert.display(),
             client.key.display()
         );
+    } else {
+        println!("  turnstile status");
     }
     println!("Ctrl-C stops the cluster.");
     wait_for_signal().await;

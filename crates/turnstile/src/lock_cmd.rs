@@ -1,6 +1,8 @@
-//! `turnstile lock NAME -- CMD ...`: runs CMD while holding a lock, under a session whose lease
-//! is kept alive in the background. CMD gets `TURNSTILE_LOCK`, `TURNSTILE_TOKEN` (the fencing
-//! token), `TURNSTILE_CLUSTER_ID` and `TURNSTILE_LEASE_ID` in its environment. When the
+//! `turnstile lock NAME... -- CMD ...`: runs CMD while holding a lock (or, given several
+//! names, all of them at once through acquire-many: one entry, one token), under a session
+//! whose lease is kept alive in the background. CMD gets `TURNSTILE_LOCK` (the names, comma
+//! separated), `TURNSTILE_TOKEN` (the fencing token), `TURNSTILE_CLUSTER_ID` and
+//! `TURNSTILE_LEASE_ID` in its environment. When the
 //! session is lost (the lease is gone, or no keepalive was confirmed before the local
 //! deadline), CMD is stopped: SIGTERM, then SIGKILL after `--kill-after`. The lock is released
 //! when CMD ends, and the exit code is CMD's (128 + signal if a signal ended it; 127 if it
@@ -20,22 +22,27 @@ use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 use tokio::process::{Child, Command};
 use tokio::signal::unix::{signal, SignalKind};
-use turnstile_client::{LockGuard, LockOptions, Lost, LostReason, Mode};
+use turnstile_client::{LockGuard, LockOptions, Lost, LostReason, ManyGuard, Mode, Session};
 
 use crate::client_cmd::{refused, ClientArgs};
 use crate::duration_arg;
 
 /// Exit code when CMD cannot be started (as a shell reports a missing command).
-const EXIT_CANNOT_RUN: i32 = 127;
+pub(crate) const EXIT_CANNOT_RUN: i32 = 127;
 /// Retry budget of the release and revoke after CMD ends: short, since the lease ends by
 /// itself anyway.
-const CLEANUP_BUDGET_MS: u64 = 3_000;
+pub(crate) const CLEANUP_BUDGET_MS: u64 = 3_000;
+
+/// Most names one `turnstile lock` takes (the server's acquire-many bound).
+const NAMES_MAX: usize = 64;
 
 /// `turnstile lock`.
 #[derive(Args, Debug)]
 pub struct LockArgs {
-    /// Name of the lock.
-    name: String,
+    /// Name of the lock; several names take them all at once (acquire-many: exclusive, all
+    /// or nothing, one token).
+    #[arg(required = true, num_args = 1..=NAMES_MAX, value_name = "NAME")]
+    names: Vec<String>,
     /// TTL of the session's lease; keepalives go out every TTL/3.
     #[arg(long, default_value = "10s", value_parser = duration_arg::parse)]
     ttl: Duration,
@@ -45,6 +52,10 @@ pub struct LockArgs {
     /// Take the lock in shared (read) mode.
     #[arg(long)]
     shared: bool,
+    /// Treat NAME as a semaphore of this many permits (the first acquire of an idle lock
+    /// sets it; a different figure while it is held is refused). Without it: 1.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    permits: Option<u32>,
     /// When the lock is lost, how long CMD has after SIGTERM before SIGKILL.
     #[arg(long, default_value = "5s", value_parser = duration_arg::parse)]
     kill_after: Duration,
@@ -53,45 +64,129 @@ pub struct LockArgs {
     cmd: Vec<String>,
 }
 
+/// What `turnstile lock` holds: one lock, or a set granted together.
+enum Held {
+    One(LockGuard),
+    Many(ManyGuard),
+}
+
+impl Held {
+    fn names(&self) -> String {
+        match self {
+            Held::One(g) => g.name().to_string(),
+            Held::Many(g) => g.names().collect::<Vec<_>>().join(","),
+        }
+    }
+
+    fn token(&self) -> u64 {
+        match self {
+            Held::One(g) => g.token(),
+            Held::Many(g) => g.token(),
+        }
+    }
+
+    fn cluster_id(&self) -> &str {
+        match self {
+            Held::One(g) => g.cluster_id(),
+            Held::Many(g) => g.cluster_id(),
+        }
+        .unwrap_or_default()
+    }
+
+    fn lease_id(&self) -> u64 {
+        match self {
+            Held::One(g) => g.lease_id(),
+            Held::Many(g) => g.lease_id(),
+        }
+    }
+
+    fn lost(&self) -> Lost {
+        match self {
+            Held::One(g) => g.lost(),
+            Held::Many(g) => g.lost(),
+        }
+    }
+
+    fn session(&self) -> Session {
+        match self {
+            Held::One(g) => g.session().clone(),
+            Held::Many(g) => g.session().clone(),
+        }
+    }
+
+    fn json(&self) -> serde_json::Value {
+        match self {
+            Held::One(g) => serde_json::to_value(g.grant()).unwrap_or_default(),
+            Held::Many(g) => serde_json::json!({
+                "names": g.names().collect::<Vec<_>>(),
+                "token": g.token(),
+                "lease_id": g.lease_id(),
+                "cluster_id": g.cluster_id(),
+            }),
+        }
+    }
+
+    async fn release(self) -> Result<turnstile_client::Written, turnstile_client::Error> {
+        match self {
+            Held::One(g) => g.release().await,
+            Held::Many(g) => g.release().await,
+        }
+    }
+}
+
+/// Takes what the arguments name under `session`.
+async fn take(session: &Session, l: &LockArgs) -> Result<Held, turnstile_client::Error> {
+    if let [name] = l.names.as_slice() {
+        let opts = LockOptions {
+            wait: l.wait,
+            mode: if l.shared {
+                Mode::Shared
+            } else {
+                Mode::Exclusive
+            },
+            permits: l.permits,
+        };
+        return session.lock(name, opts).await.map(Held::One);
+    }
+    session.lock_many(&l.names, l.wait).await.map(Held::Many)
+}
+
 pub async fn run(args: &ClientArgs, l: LockArgs) -> anyhow::Result<i32> {
+    if l.names.len() > 1 && (l.shared || l.permits.is_some()) {
+        anyhow::bail!(
+            "several names are taken together, exclusive: --shared and --permits take one NAME"
+        );
+    }
     let client = args.client()?;
     let session = match client.session(l.ttl).await {
         Ok(s) => s,
         Err(e) => return refused(e),
     };
-    let opts = LockOptions {
-        wait: l.wait,
-        mode: if l.shared {
-            Mode::Shared
-        } else {
-            Mode::Exclusive
-        },
-        permits: None,
-    };
-    let guard = match session.lock(&l.name, opts).await {
-        Ok(g) => g,
+    let held = match take(&session, &l).await {
+        Ok(h) => h,
         Err(e) => {
             let _ = session.close().await;
             return refused(e);
         }
     };
     if args.json {
-        eprintln!("{}", serde_json::to_string(guard.grant())?);
+        eprintln!("{}", serde_json::to_string(&held.json())?);
     } else {
         eprintln!(
             "turnstile: acquired {} (token {}, lease {})",
-            l.name,
-            guard.token(),
-            guard.lease_id()
+            held.names(),
+            held.token(),
+            held.lease_id()
         );
     }
-    let code = match spawn(&l.cmd, &guard) {
+    let code = match spawn(&l.cmd, &held) {
         Ok(mut child) => {
-            let (status, lost) = supervise(&mut child, guard.lost(), l.kill_after).await?;
+            let (status, lost) = supervise(&mut child, held.lost(), l.kill_after).await?;
             if let Some(reason) = lost {
                 eprintln!(
                     "turnstile: lock {} lost ({reason}); stopped {:?}",
-                    l.name, l.cmd[0]
+                    held.names(),
+                    l.cmd[0]
                 );
             }
             exit_code(status)
@@ -101,21 +196,18 @@ pub async fn run(args: &ClientArgs, l: LockArgs) -> anyhow::Result<i32> {
             EXIT_CANNOT_RUN
         }
     };
-    cleanup(guard).await;
+    cleanup(held).await;
     Ok(code)
 }
 
-fn spawn(cmd: &[String], guard: &LockGuard) -> anyhow::Result<Child> {
+fn spawn(cmd: &[String], held: &Held) -> anyhow::Result<Child> {
     let (program, rest) = cmd.split_first().context("no command given")?;
     let child = Command::new(program)
         .args(rest)
-        .env("TURNSTILE_LOCK", guard.name())
-        .env("TURNSTILE_TOKEN", guard.token().to_string())
-        .env(
-            "TURNSTILE_CLUSTER_ID",
-            guard.cluster_id().unwrap_or_default(),
-        )
-        .env("TURNSTILE_LEASE_ID", guard.lease_id().to_string())
+        .env("TURNSTILE_LOCK", held.names())
+        .env("TURNSTILE_TOKEN", held.token().to_string())
+        .env("TURNSTILE_CLUSTER_ID", held.cluster_id())
+        .env("TURNSTILE_LEASE_ID", held.lease_id().to_string())
         .process_group(0)
         .kill_on_drop(true)
         .spawn()?;
@@ -124,7 +216,7 @@ fn spawn(cmd: &[String], guard: &LockGuard) -> anyhow::Result<Child> {
 
 /// Waits for CMD, passing signals on, and stops it when the session is lost. Returns CMD's
 /// status and, if it was stopped for that, why the session was lost.
-async fn supervise(
+pub(crate) async fn supervise(
     child: &mut Child,
     lost: Lost,
     kill_after: Duration,
@@ -165,7 +257,7 @@ fn send(group: Pid, sig: Signal) {
     }
 }
 
-fn exit_code(status: ExitStatus) -> i32 {
+pub(crate) fn exit_code(status: ExitStatus) -> i32 {
     status
         .code()
         .or_else(|| status.signal().map(|s| 128 + s))
@@ -174,13 +266,13 @@ fn exit_code(status: ExitStatus) -> i32 {
 
 /// Releases the hold and revokes the session's lease, briefly: if the cluster cannot be
 /// reached, the lease expires by itself.
-async fn cleanup(guard: LockGuard) {
-    let session = guard.session().clone();
+async fn cleanup(held: Held) {
+    let session = held.session();
     if session.lost().reason() == Some(LostReason::LeaseNotFound) {
         return;
     }
     let budget = Duration::from_millis(CLEANUP_BUDGET_MS);
-    match tokio::time::timeout(budget, guard.release()).await {
+    match tokio::time::timeout(budget, held.release()).await {
         Ok(Ok(_)) => {}
         Ok(Err(e)) => tracing::debug!(error = %e, "release after the command failed"),
         Err(_) => tracing::debug!("release after the command timed out"),

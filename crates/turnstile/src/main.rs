@@ -1,9 +1,10 @@
 //! The `turnstile` binary: `serve` runs one node, `dev` runs a local cluster in the
-//! foreground, the client commands (`lock`, `kv`, `lease`, `locks`, `watch`, `status`,
-//! in `client_cmd.rs` and `lock_cmd.rs`; `kv list`, `locks list`, `leases`, `txn` in
-//! `range_cmd.rs`) and the operator commands (`member`, `snapshot`,
-//! `backup`, `restore`, in `admin_cmd.rs`) talk to a cluster through `turnstile-client`;
-//! `certs` (in `certs_cmd.rs`) makes the cluster's CA, node and client certificates.
+//! foreground, the client commands (`lock`, `elect`, `kv`, `lease`, `leases`, `locks`,
+//! `counter`, `txn`, `watch`, `status`, in `client_cmd.rs`, `counter_cmd.rs`, `lock_cmd.rs`,
+//! `elect_cmd.rs` and `range_cmd.rs`)
+//! and the operator commands (`member`, `snapshot`, `backup`, `restore`, in `admin_cmd.rs`)
+//! talk to a cluster through `turnstile-client`; `certs` (in `certs_cmd.rs`) makes the
+//! cluster's CA, node and client certificates.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -15,8 +16,10 @@ mod admin_cmd;
 mod auth_cmd;
 mod certs_cmd;
 mod client_cmd;
+mod counter_cmd;
 mod dev;
 mod duration_arg;
+mod elect_cmd;
 mod lock_cmd;
 mod range_cmd;
 
@@ -53,12 +56,18 @@ enum Cmd {
     Certs(certs_cmd::CertsCmd),
     /// Run a command while holding a lock: turnstile lock NAME [--ttl 10s] [--wait 30s] -- CMD ...
     Lock(lock_cmd::LockArgs),
+    /// Run a command while leading an election: turnstile elect NAME VALUE [--ttl 10s]
+    /// [--wait 30s] -- CMD ...; or show the leader: turnstile elect NAME --get
+    Elect(elect_cmd::ElectArgs),
     /// Read and write keys.
     #[command(subcommand)]
     Kv(client_cmd::KvCmd),
     /// Grant, keep alive, revoke and show leases.
     #[command(subcommand)]
     Lease(client_cmd::LeaseCmd),
+    /// Read and increment sequence counters.
+    #[command(subcommand)]
+    Counter(counter_cmd::CounterCmd),
     /// Show a lock's holders and its queue of waiters, or list locks (`locks list`).
     Locks(range_cmd::LocksArgs),
     /// List your leases.
@@ -102,9 +111,58 @@ fn init_logging(format: LogFormat) {
     }
 }
 
+/// Ids of the client flags (`ClientArgs`), refused by the commands that do not talk to a
+/// cluster as a client.
+const CLIENT_FLAG_IDS: [&str; 6] = [
+    "endpoints",
+    "json",
+    "cacert",
+    "client_cert",
+    "client_key",
+    "token",
+];
+
+/// Parses the command line; a client flag typed on a command that ignores it (`serve
+/// --endpoints ...`) is a usage error, not silently dropped. Values from the environment do
+/// not count: `TURNSTILE_ENDPOINTS` may well be exported in the shell that starts a node.
+fn parse_cli() -> Cli {
+    use clap::{CommandFactory, FromArgMatches};
+    let mut cmd = Cli::command();
+    let matches = cmd.clone().get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    if let Some(name) = cli.command.runs_no_client() {
+        // Global flags given after the subcommand are propagated up to these matches.
+        let typed =
+            |id: &&&str| matches.value_source(id) == Some(clap::parser::ValueSource::CommandLine);
+        if let Some(id) = CLIENT_FLAG_IDS.iter().find(typed) {
+            cmd.error(
+                clap::error::ErrorKind::ArgumentConflict,
+                format!(
+                    "--{} is a client option; `{name}` does not use it",
+                    id.replace('_', "-").replace("client-", "")
+                ),
+            )
+            .exit();
+        }
+    }
+    cli
+}
+
+impl Cmd {
+    /// The name of a command that takes no client flags, if this is one.
+    fn runs_no_client(&self) -> Option<&'static str> {
+        match self {
+            Cmd::Serve(_) => Some("serve"),
+            Cmd::Dev(_) => Some("dev"),
+            Cmd::Certs(_) => Some("certs"),
+            _ => None,
+        }
+    }
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+    let cli = parse_cli();
     init_logging(cli.log_format);
     let client = &cli.client;
     let result = match cli.command {
@@ -112,8 +170,10 @@ async fn main() -> anyhow::Result<()> {
         Cmd::Dev(args) => return dev::run(args).await,
         Cmd::Certs(cmd) => return certs_cmd::run(cmd),
         Cmd::Lock(args) => lock_cmd::run(client, args).await,
+        Cmd::Elect(args) => elect_cmd::run(client, args).await,
         Cmd::Kv(cmd) => client_cmd::kv(client, cmd).await,
         Cmd::Lease(cmd) => client_cmd::lease(client, cmd).await,
+        Cmd::Counter(cmd) => counter_cmd::run(client, cmd).await,
         Cmd::Locks(args) => range_cmd::locks(client, args).await,
         Cmd::Leases(cmd) => range_cmd::leases(client, cmd).await,
         Cmd::Txn(args) => range_cmd::txn(client, args).await,

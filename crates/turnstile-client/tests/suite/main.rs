@@ -4,6 +4,7 @@
 mod common;
 
 mod client_api;
+mod recipes;
 mod session_lost;
 mod tls_auth;
 mod waiting_and_watch;

@@ -224,6 +224,41 @@ fn sample_envelopes() -> Vec<(&'static str, Envelope)> {
             ),
         ),
         (
+            "v3_campaign",
+            env(
+                Some("req-4"),
+                Command::Campaign {
+                    name: "primary".into(),
+                    lease_id: 3,
+                    value: "db-1:5432".into(),
+                    wait_ms: 30_000,
+                },
+            ),
+        ),
+        (
+            "v3_proclaim",
+            env(
+                None,
+                Command::Proclaim {
+                    name: "primary".into(),
+                    lease_id: 3,
+                    token: 7,
+                    value: "db-2:5432".into(),
+                },
+            ),
+        ),
+        (
+            "v3_resign",
+            env(
+                None,
+                Command::Resign {
+                    name: "primary".into(),
+                    lease_id: 3,
+                    token: 7,
+                },
+            ),
+        ),
+        (
             "v1_txn",
             env(
                 Some("req-4"),
@@ -440,6 +475,58 @@ fn state_with_auth_decodes_from_golden_file() {
     let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let decoded = codec::decode_state(&bytes).expect("golden state decodes");
     assert_eq!(decoded, state);
+    decoded
+        .check_invariants()
+        .expect("golden state is consistent");
+}
+
+/// The version-3 frame: the sample state plus an election with a leader (who proclaimed) and
+/// a queued candidate, and their events.
+#[test]
+fn state_with_campaigns_decodes_from_golden_file() {
+    let path = golden_dir().join("v3_state.bin");
+    let mut state = sample_state();
+    let first = state.applied_index + 1;
+    let campaign = |lease_id, value: &str| Command::Campaign {
+        name: "primary".into(),
+        lease_id,
+        value: value.into(),
+        wait_ms: 30_000,
+    };
+    let cmds = [
+        (None, Command::LeaseGrant { ttl_ms: 60_000 }),
+        (None, Command::LeaseGrant { ttl_ms: 60_000 }),
+        (Some("c1"), campaign(first, "db-1")),
+        (Some("c2"), campaign(first + 1, "db-2")),
+        (
+            None,
+            Command::Proclaim {
+                name: "primary".into(),
+                lease_id: first,
+                token: first + 2,
+                value: "db-1b".into(),
+            },
+        ),
+    ];
+    for (i, (request_id, command)) in cmds.into_iter().enumerate() {
+        let index = first + i as u64;
+        let env = Envelope {
+            now_ms: 20_000 + index,
+            request_id: request_id.map(str::to_string),
+            command,
+        };
+        let r = state.apply(index, 3, &env);
+        assert!(r.outcome.is_ok(), "{r:?}");
+    }
+    assert_eq!(state.campaigns.len(), 2);
+    if bless() && !path.exists() {
+        std::fs::write(&path, codec::encode_state(&state).expect("encodes")).expect("write golden");
+    }
+    let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let decoded = codec::decode_state(&bytes).expect("golden state decodes");
+    assert_eq!(decoded, state);
+    let leader = decoded.election_leader("primary").expect("a leader");
+    assert_eq!((leader.holder.token, leader.value), (first + 2, "db-1b"));
     decoded
         .check_invariants()
         .expect("golden state is consistent");

@@ -118,6 +118,27 @@ fn command() -> impl Strategy<Value = Command> {
         (waiter(), prop::collection::vec(id(), 0..3))
             .prop_map(|(waiter_id, cycle)| Command::AbortWaiter { waiter_id, cycle }),
         prop::collection::vec(waiter(), 0..3).prop_map(|request_ids| Command::Ack { request_ids }),
+        (name(), id(), name(), 0u64..3).prop_map(|(name, lease_id, value, wait_ms)| {
+            Command::Campaign {
+                name,
+                lease_id,
+                value,
+                wait_ms,
+            }
+        }),
+        (name(), id(), id(), name()).prop_map(|(name, lease_id, token, value)| {
+            Command::Proclaim {
+                name,
+                lease_id,
+                token,
+                value,
+            }
+        }),
+        (name(), id(), id()).prop_map(|(name, lease_id, token)| Command::Resign {
+            name,
+            lease_id,
+            token
+        }),
         (
             prop::collection::vec(compare(), 0..3),
             prop::collection::vec(txn_op(), 0..4),

@@ -1,4 +1,4 @@
-//! The acquire flow shared by `acquire` and `acquire-many`: propose, and when queued, hold the
+//! The acquire flow shared by `acquire`, `acquire-many` and election campaigns: propose, and when queued, hold the
 //! request until this node's registry hears the waiter's outcome or `wait_ms` passes.
 //!
 //! A wait that ends without a grant (timeout, or the client's connection dropping) goes
@@ -87,15 +87,6 @@ fn finish(response: Response, cluster_id: Option<String>) -> Result<Written, Api
 
 /// Runs an acquire to its final answer.
 pub async fn run(app: Arc<App>, caller: Caller, args: AcquireArgs) -> Result<Written, ApiError> {
-    let wait = args.wait_ms > 0;
-    // Only a wait the client named can be found again by a retry on another node.
-    let retryable = args.request_id.is_some();
-    // Scoped to the caller (`Caller::request_id`), so no tenant can name another's wait.
-    let waiter_id = match (&args.request_id, wait) {
-        (Some(id), _) => caller.request_id(Some(id.clone())),
-        (None, true) => caller.request_id(Some(app.new_waiter_id())),
-        (None, false) => None,
-    };
     // `wait_ms` travels in the command so that it is part of the request's identity: a reuse
     // of a queued acquire's id with another `wait_ms` is `request_id_reused`, and cannot
     // re-attach and then cancel the first requester's wait on its own, earlier, deadline.
@@ -105,6 +96,27 @@ pub async fn run(app: Arc<App>, caller: Caller, args: AcquireArgs) -> Result<Wri
         mode: args.mode,
         permits: args.permits,
         wait_ms: args.wait_ms,
+    };
+    run_queued(app, caller, args.request_id, args.wait_ms, command).await
+}
+
+/// Runs a command that may queue (`AcquireFor`, `Campaign`: it carries `wait_ms`, and the
+/// envelope's request id is its waiter id) to its final answer.
+pub async fn run_queued(
+    app: Arc<App>,
+    caller: Caller,
+    request_id: Option<String>,
+    wait_ms: u64,
+    command: Command,
+) -> Result<Written, ApiError> {
+    let wait = wait_ms > 0;
+    // Only a wait the client named can be found again by a retry on another node.
+    let retryable = request_id.is_some();
+    // Scoped to the caller (`Caller::request_id`), so no tenant can name another's wait.
+    let waiter_id = match (request_id, wait) {
+        (Some(id), _) => caller.request_id(Some(id)),
+        (None, true) => caller.request_id(Some(app.new_waiter_id())),
+        (None, false) => None,
     };
     let (true, Some(waiter_id)) = (wait, waiter_id.clone()) else {
         return app.write_scoped(&caller, waiter_id, command).await;
@@ -116,7 +128,7 @@ pub async fn run(app: Arc<App>, caller: Caller, args: AcquireArgs) -> Result<Wri
             limit: "waiters_per_node_max".into(),
         })
     })?;
-    let deadline = tokio::time::Instant::now() + Duration::from_millis(args.wait_ms);
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(wait_ms);
     let mut w = Wait {
         app: app.clone(),
         waiter_id: waiter_id.clone(),

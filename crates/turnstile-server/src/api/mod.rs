@@ -24,6 +24,7 @@ pub mod cluster;
 pub mod counters;
 #[cfg(feature = "test-hooks")]
 pub mod debug;
+pub mod elections;
 pub mod extract;
 pub mod kv;
 pub mod leases;
@@ -59,6 +60,10 @@ pub fn router(app: Arc<App>) -> Router {
         )
         .route("/v1/counters/{name}", get(counters::get))
         .route("/v1/counters/{name}/incr", post(counters::incr))
+        .route("/v1/elections/{name}", get(elections::get))
+        .route("/v1/elections/{name}/campaign", post(elections::campaign))
+        .route("/v1/elections/{name}/proclaim", post(elections::proclaim))
+        .route("/v1/elections/{name}/resign", post(elections::resign))
         .route("/v1/watch", get(watch::watch))
         .route("/v1/auth/roles", get(auth::list_roles))
         .route(

@@ -85,6 +85,22 @@ pub fn event_json(revision: u64, seq: u32, e: &Event) -> Value {
             json!({"lock": name, "lease_id": shown(*lease_id), "token": shown(*token), "cause": cause.as_str()})
         }
         Event::LeaseExpired { lease_id } => json!({"lease_id": lease_id}),
+        Event::ElectionLeader {
+            name,
+            lease_id,
+            token,
+            value,
+        } => {
+            json!({"election": name, "lease_id": shown(*lease_id), "token": shown(*token), "value": value})
+        }
+        Event::ElectionResigned {
+            name,
+            lease_id,
+            token,
+            cause,
+        } => {
+            json!({"election": name, "lease_id": shown(*lease_id), "token": shown(*token), "cause": cause.as_str()})
+        }
     };
     if let (Some(obj), Value::Object(more)) = (v.as_object_mut(), extra) {
         obj.extend(more);

@@ -201,7 +201,11 @@ impl LockMetrics {
                 Event::LeaseExpired { lease_id } => {
                     ttl_expired.insert(*lease_id);
                 }
-                Event::Put { .. } | Event::Delete { .. } => {}
+                // An election's hold is counted by its lock events.
+                Event::Put { .. }
+                | Event::Delete { .. }
+                | Event::ElectionLeader { .. }
+                | Event::ElectionResigned { .. } => {}
             }
         }
         ttl_expired

@@ -45,7 +45,7 @@ fn start_lock(endpoint: &str, args: &[&str]) -> anyhow::Result<(Proc, mpsc::Rece
 }
 
 /// Reads lines until one satisfies `f`; returns what `f` extracted and every line seen.
-fn wait_line<T>(
+pub(crate) fn wait_line<T>(
     rx: &mpsc::Receiver<String>,
     seen: &mut Vec<String>,
     mut f: impl FnMut(&str) -> Option<T>,
@@ -73,7 +73,7 @@ fn token_line(line: &str) -> Option<(u64, u32)> {
     Some((token.parse().ok()?, pid.parse().ok()?))
 }
 
-fn drain(rx: &mpsc::Receiver<String>, seen: &mut Vec<String>) {
+pub(crate) fn drain(rx: &mpsc::Receiver<String>, seen: &mut Vec<String>) {
     // The reader threads end when the process's pipes close.
     while let Ok(line) = rx.recv_timeout(Duration::from_millis(WAIT_MS_MAX)) {
         seen.push(line);

@@ -1,8 +1,10 @@
-//! The CLI against real `turnstile` processes (lock, operations, the fsync check under strace,
+//! The CLI against real `turnstile` processes (lock, elect, operations, the fsync check under strace,
 //! the README binary's lack of test hooks), linked as one test executable.
 
 mod common;
 
+mod cli_client;
+mod cli_elect;
 mod cli_lock;
 mod cli_ops;
 mod cli_ranges;
