@@ -50,7 +50,15 @@ impl Barrier {
         let Some(kv) = self.client.get(&self.key).await? else {
             return Ok(0);
         };
-        let opts = WatchOptions::key(self.key.clone()).from_revision(kv.mod_revision + 1);
+        self.wait_past(kv.mod_revision).await
+    }
+
+    /// Returns the revision of the first delete of the barrier's key after `revision` (the
+    /// revision of a `hold`, or of a read that saw it up). The watch starts from history, so a
+    /// delete that happened before this call is found too, as long as the history still holds
+    /// it (otherwise the watch's `compacted` error is returned).
+    pub async fn wait_past(&self, revision: u64) -> Result<u64, Error> {
+        let opts = WatchOptions::key(self.key.clone()).from_revision(revision + 1);
         let mut watch = self.client.watch(opts);
         while let Some(event) = watch.next().await {
             let event = event?;

@@ -70,25 +70,37 @@ async fn a_barrier_holds_waiters_until_lowered() -> anyhow::Result<()> {
     // Not raised: wait returns at once.
     assert_eq!(barrier.wait().await?, 0);
 
-    barrier.hold(None).await?;
-    let waiter = tokio::spawn({
+    let raised = barrier.hold(None).await?;
+    // Up: a wait that reads it now does not return.
+    let reader = tokio::spawn({
         let barrier = barrier.clone();
         async move { barrier.wait().await }
     });
-    // Still held after other writes to other keys: the waiter must not be let go by them.
+    // Waits past the hold's revision: deterministic whether it starts before or after the
+    // release below (the watch replays history from that revision).
+    let waiter = tokio::spawn({
+        let barrier = barrier.clone();
+        async move { barrier.wait_past(raised.revision).await }
+    });
+    // Other writes, to other keys and to the barrier itself, must not let anyone go.
     client
         .put("barriers/other", "x", PutOptions::default())
         .await?;
     client
         .put("barriers/deploy", "again", PutOptions::default())
         .await?;
+    let up = client.get("barriers/deploy").await?.expect("still up");
     assert!(
         !waiter.is_finished(),
         "the waiter left while the barrier was up"
     );
     let lowered = barrier.release().await?;
     let seen = waiter.await??;
-    assert_eq!(seen, lowered.revision);
+    assert_eq!(seen, lowered.revision, "not the release's revision");
+    // The reader either watched that delete or read the barrier down; never an earlier write.
+    let read = reader.await??;
+    assert!(read == 0 || read == lowered.revision, "{read}");
+    assert!(lowered.revision > up.mod_revision);
 
     // Bound to a lease: the end of the lease lowers it.
     let session = client.session(Duration::from_secs(2)).await?;
@@ -98,8 +110,14 @@ async fn a_barrier_holds_waiters_until_lowered() -> anyhow::Result<()> {
         async move { barrier.wait().await }
     });
     session.close().await?;
-    let seen = tokio::time::timeout(Duration::from_secs(10), waiter).await???;
-    assert!(seen > 0);
+    // The waiter either watched the delete (a revision) or, if it read after the revoke,
+    // found the barrier down (0); both are correct. What the lease's end must do is lower it.
+    tokio::time::timeout(Duration::from_secs(10), waiter).await???;
+    assert!(
+        client.get("barriers/deploy").await?.is_none(),
+        "the barrier outlived its lease"
+    );
+    assert_eq!(barrier.wait().await?, 0);
     c.shutdown().await;
     Ok(())
 }
