@@ -40,6 +40,8 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 pub use self::disk::check_blobs_empty;
+pub use self::flusher::SyncFailure;
+pub use self::flusher::SYNC_FAILED_EXIT_CODE;
 
 use self::codec::decode;
 use self::codec::encode;
@@ -190,8 +192,13 @@ impl<C: RaftTypeConfig> SledLogStore<C> {
     /// Opens (or creates) the store in `dir` and starts its flusher thread. Refuses a `dir` whose
     /// `blobs/` holds anything, fsyncs sled's files and directory once, and deletes entries left
     /// at or below `last_purged` by an interrupted purge. Open each `dir` once per process: sled
-    /// locks it.
+    /// locks it. A failed sync fails every waiter from then on ([`SyncFailure::FailWaiters`]).
     pub fn open(dir: &Path) -> Result<Self, LogStoreError> {
+        Self::open_with(dir, SyncFailure::FailWaiters)
+    }
+
+    /// [`SledLogStore::open`] with what a failed sync does (the server exits).
+    pub fn open_with(dir: &Path, on_sync_failure: SyncFailure) -> Result<Self, LogStoreError> {
         check_blobs_empty(dir)?;
         let db = open_db(dir)?;
         let open_tree = |tree: &'static str| {
@@ -202,7 +209,7 @@ impl<C: RaftTypeConfig> SledLogStore<C> {
         let meta = open_tree(META_TREE)?;
         let db_file = sync_store_files(dir)?;
         let counters = Arc::new(SyncCounters::default());
-        let flusher = Flusher::spawn(db, db_file, Arc::clone(&counters))
+        let flusher = Flusher::spawn(db, db_file, Arc::clone(&counters), on_sync_failure)
             .map_err(|source| LogStoreError::SpawnFlusher { source })?;
         let write_order = Arc::new(Mutex::new(()));
         let purger = purger::Purger::spawn(log.clone(), Arc::clone(&write_order))

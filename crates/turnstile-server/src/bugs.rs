@@ -23,13 +23,16 @@ pub struct Bugs {
     pub skip_dedup: bool,
     /// Expiry frees due holders' locks before failing due waits (see `turnstile_core::bugs`).
     pub grant_due_waiters: bool,
+    /// A failed log sync is treated as a success: the node acknowledges and carries on
+    /// (`turnstile_raft::log_store::SyncFailure::Ignore`).
+    pub ignore_sync_failure: bool,
 }
 
 /// Why `TURNSTILE_BUGS` was refused.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum BugsError {
     #[error(
-        "unknown bug switch {0:?} (known: skip-fence, local-reads, skip-dedup, grant-due-waiters)"
+        "unknown bug switch {0:?} (known: skip-fence, local-reads, skip-dedup, grant-due-waiters, ignore-sync-failure)"
     )]
     Unknown(String),
     /// Also what `turnstile serve` answers in a build where another workspace member turned
@@ -50,6 +53,7 @@ impl Bugs {
                 "local-reads" => bugs.local_reads = true,
                 "skip-dedup" => bugs.skip_dedup = true,
                 "grant-due-waiters" => bugs.grant_due_waiters = true,
+                "ignore-sync-failure" => bugs.ignore_sync_failure = true,
                 other => return Err(BugsError::Unknown(other.to_string())),
             }
         }
@@ -93,6 +97,15 @@ impl Bugs {
         self.local_reads
     }
 
+    /// What the log store does when a sync fails: exit, or (`ignore-sync-failure`) carry on.
+    pub fn sync_failure(&self) -> turnstile_raft::log_store::SyncFailure {
+        #[cfg(feature = "bug-injection")]
+        if self.ignore_sync_failure {
+            return turnstile_raft::log_store::SyncFailure::Ignore;
+        }
+        turnstile_raft::log_store::SyncFailure::ExitProcess
+    }
+
     /// Applies the write-path switches to a write about to be routed to the leader.
     pub fn break_write(
         &self,
@@ -116,6 +129,7 @@ impl fmt::Display for Bugs {
             (self.local_reads, "local-reads"),
             (self.skip_dedup, "skip-dedup"),
             (self.grant_due_waiters, "grant-due-waiters"),
+            (self.ignore_sync_failure, "ignore-sync-failure"),
         ]
         .iter()
         .filter(|(on, _)| *on)
@@ -134,6 +148,7 @@ mod tests {
         assert_eq!(Bugs::parse(""), Ok(Bugs::default()));
         let b = Bugs::parse("skip-fence, local-reads").expect("valid");
         assert!(b.skip_fence && b.local_reads && !b.skip_dedup && !b.grant_due_waiters);
+        assert!(Bugs::parse("ignore-sync-failure").is_ok_and(|b| b.ignore_sync_failure));
         assert_eq!(b.to_string(), "skip-fence,local-reads");
         assert_eq!(
             Bugs::parse("skip-fencing"),

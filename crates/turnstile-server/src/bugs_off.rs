@@ -16,6 +16,12 @@ impl Bugs {
         false
     }
 
+    /// A failed log sync stops the node.
+    #[inline(always)]
+    pub fn sync_failure(&self) -> turnstile_raft::log_store::SyncFailure {
+        turnstile_raft::log_store::SyncFailure::ExitProcess
+    }
+
     /// The write, unchanged.
     #[inline(always)]
     pub fn break_write(

@@ -131,7 +131,11 @@ pub async fn start(
         source,
     })?;
     let stored = identity::load(&cfg.data_dir, cfg.id)?;
-    let log_store = SledLogStore::<TypeConfig>::open(&cfg.data_dir.join(LOG_DIR))?;
+    // A failed sync stops the process before anything unsynced is acknowledged.
+    let log_store = SledLogStore::<TypeConfig>::open_with(
+        &cfg.data_dir.join(LOG_DIR),
+        cfg.bugs.sync_failure(),
+    )?;
     let waiters = crate::waiters::WaiterRegistry::new();
     let mut sm = StateMachineStore::open(&cfg.data_dir.join(SNAPSHOT_DIR), cfg.check_invariants)
         .map_err(StartError::StateMachine)?;

@@ -23,6 +23,31 @@ use super::histogram::SyncHistograms;
 /// Name of the flusher thread, as shown by `top -H` and in panics.
 const THREAD_NAME: &str = "turnstile-log-flusher";
 
+/// The process's exit status after a failed log sync ([`SyncFailure::ExitProcess`]): 74 is
+/// `EX_IOERR` in sysexits.h.
+pub const SYNC_FAILED_EXIT_CODE: i32 = 74;
+
+/// What the flusher does when `db.flush()` or `fdatasync` fails.
+///
+/// On Linux a failed `fdatasync` may drop the dirty pages it could not write and report success
+/// next time ("fsyncgate", PostgreSQL 2018), so a later success would not cover the earlier
+/// writes: the store never syncs again after a failure, whatever the policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SyncFailure {
+    /// Fail the batch and every later waiter; the process carries on without a log (its Raft
+    /// core stops on the storage error). For tests of the store itself.
+    FailWaiters,
+    /// Log the failure and exit the process at once with [`SYNC_FAILED_EXIT_CODE`], before any
+    /// waiter of the failed batch is completed: nothing this node could not sync is
+    /// acknowledged, peers see it gone rather than half-alive, and a restart on a healthy disk
+    /// recovers from what is on disk and from the peers. The server's policy (etcd's too).
+    ExitProcess,
+    /// BUG, for the disk-fault story's negative control only: treat the failed sync as a
+    /// success and acknowledge the batch ("retry and carry on").
+    #[cfg(feature = "bug-injection")]
+    Ignore,
+}
+
 /// Counters shared by every clone of a store and its flusher thread. Relaxed atomics suffice:
 /// each counter is monotonic on its own, and a reader that waited for a callback is ordered
 /// after the increments by the channel the callback completed.
@@ -116,6 +141,7 @@ impl<C: RaftTypeConfig> Flusher<C> {
         db: sled::Db,
         db_file: File,
         counters: Arc<SyncCounters>,
+        on_failure: SyncFailure,
     ) -> io::Result<Self> {
         let queue = Arc::new(Queue {
             state: Mutex::new(QueueState {
@@ -128,7 +154,7 @@ impl<C: RaftTypeConfig> Flusher<C> {
         let thread_queue = Arc::clone(&queue);
         let thread = std::thread::Builder::new()
             .name(THREAD_NAME.to_owned())
-            .spawn(move || run(&thread_queue, &db, &db_file, &counters))?;
+            .spawn(move || run(&thread_queue, &db, &db_file, &counters, on_failure))?;
         Ok(Self {
             queue,
             thread: Some(thread),
@@ -168,16 +194,14 @@ impl<C: RaftTypeConfig> Drop for Flusher<C> {
     }
 }
 
-/// The thread body: sync, complete, repeat.
-///
-/// After the first failed sync every later waiter fails too, without trying again. On Linux a
-/// failed `fdatasync` may drop the dirty pages it could not write and report success next time
-/// ("fsyncgate"), so a later success would not cover the earlier writes.
+/// The thread body: sync, complete, repeat. What a failed sync does is `on_failure`'s; after
+/// one, no later sync is tried (see [`SyncFailure`]).
 fn run<C: RaftTypeConfig>(
     queue: &Queue<C>,
     db: &sled::Db,
     db_file: &File,
     counters: &SyncCounters,
+    on_failure: SyncFailure,
 ) {
     let _close = CloseOnExit(queue);
     let mut failure: Option<(io::ErrorKind, String)> = None;
@@ -185,8 +209,7 @@ fn run<C: RaftTypeConfig>(
         if failure.is_none() {
             let started = Instant::now();
             if let Err(err) = sync(db, db_file, counters) {
-                tracing::error!(error = %err, waiters = waiters.len(), "log sync failed");
-                failure = Some((err.kind(), err.to_string()));
+                failure = judge_failure(&err, waiters.len(), on_failure);
             }
             let h = &counters.histograms;
             h.sync_us.observe(micros(started.elapsed()));
@@ -194,6 +217,38 @@ fn run<C: RaftTypeConfig>(
                 .observe(waiters.iter().map(|w| w.entries).sum());
         }
         complete(waiters, failure.as_ref(), counters);
+    }
+}
+
+/// Acts on a failed sync by `on_failure`; returns the failure every later waiter gets, if any.
+fn judge_failure(
+    err: &io::Error,
+    waiters: usize,
+    on_failure: SyncFailure,
+) -> Option<(io::ErrorKind, String)> {
+    match on_failure {
+        SyncFailure::FailWaiters => {
+            tracing::error!(error = %err, waiters, "log sync failed; this store acknowledges nothing more");
+            Some((err.kind(), err.to_string()))
+        }
+        SyncFailure::ExitProcess => {
+            // The tracing subscriber writes synchronously, so this line is out before exit.
+            tracing::error!(
+                error = %err,
+                waiters,
+                exit_code = SYNC_FAILED_EXIT_CODE,
+                "log sync (fdatasync) failed: stopping this node now, without acknowledging \
+                 anything it could not sync. Check the disk, then restart the node on the same \
+                 data dir: it recovers what it synced and catches up from its peers \
+                 (docs/operations.md, \"Disk faults\")"
+            );
+            std::process::exit(SYNC_FAILED_EXIT_CODE);
+        }
+        #[cfg(feature = "bug-injection")]
+        SyncFailure::Ignore => {
+            tracing::error!(error = %err, waiters, "BUG INJECTION: log sync failed; acknowledging anyway");
+            None
+        }
     }
 }
 
