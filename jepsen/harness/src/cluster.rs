@@ -4,7 +4,7 @@
 //! container), nftables partitions (any grudge, including one-way), heal, and a jump of a
 //! node's wall clock through the test hook.
 //!
-//! Partitions live in `cluster/network.rs`, HTTP to the nodes (status, leader, convergence,
+//! Partitions live in `cluster/network.rs`, libfiu disk faults in `cluster/disk.rs`, HTTP to the nodes (status, leader, convergence,
 //! the clock hook) in `cluster/observe.rs`.
 //!
 //! Clusters are secure by default (`tls`): the cluster makes its own CA and certificates under
@@ -19,7 +19,7 @@
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::net::{Ipv4Addr, SocketAddr};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
@@ -31,8 +31,11 @@ use crate::docker::{self, ContainerSpec, DockerNet};
 use crate::netns::{Net, NetHost};
 use crate::tls::{self, Mode, RunCerts};
 
+mod disk;
 mod network;
 mod observe;
+
+pub use disk::require_fiu;
 
 pub use observe::wait_for;
 
@@ -63,6 +66,9 @@ pub struct ClusterOptions {
     pub backend: Backend,
     /// TLS and client certificates (the default), or plain HTTP for debugging.
     pub mode: Mode,
+    /// Run every node under libfiu's `fiu-run -x`, so `disk_fault` can fail its I/O calls
+    /// (netns backend only; `cluster/disk.rs`).
+    pub disk_faults: bool,
 }
 
 /// Where a cluster's nodes run.
@@ -345,7 +351,14 @@ impl ProcCluster {
         let Place::Netns { host, .. } = &node.place else {
             bail!("node {id} is not a process");
         };
-        let mut cmd = self.net().command_in(host, &self.opts.binary);
+        let mut cmd = match self.fiu_wrapper(id, &self.opts.binary) {
+            Some(wrapper) => {
+                let mut cmd = self.net().command_in(host, Path::new(disk::FIU_RUN));
+                cmd.args(wrapper);
+                cmd
+            }
+            None => self.net().command_in(host, &self.opts.binary),
+        };
         cmd.args(args)
             .env("TURNSTILE_BUGS", &self.opts.bugs)
             .env("TURNSTILE_LOG", "info,openraft=warn")

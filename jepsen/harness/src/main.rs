@@ -55,7 +55,8 @@ struct RunArgs {
     /// Length of each run's fault phase, seconds.
     #[arg(long, default_value_t = 60)]
     seconds: u64,
-    /// Bug switches for the nodes (skip-fence, local-reads, skip-dedup, grant-due-waiters).
+    /// Bug switches for the nodes (skip-fence, local-reads, skip-dedup, grant-due-waiters,
+    /// ignore-sync-failure).
     #[arg(long, default_value = "")]
     bugs: String,
     /// Faults to use (names as in docs/chaos.md); all when absent.

@@ -169,6 +169,7 @@ pub async fn run(cfg: RunConfig) -> anyhow::Result<RunSummary> {
         extra_args: vec![],
         backend: cfg.backend,
         mode: cfg.mode,
+        disk_faults: false,
     })
     .await?;
     if let Some(certs) = cluster.certs() {

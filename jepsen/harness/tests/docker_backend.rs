@@ -181,6 +181,7 @@ async fn containers_survive_partition_pause_and_kill() -> anyhow::Result<()> {
         extra_args: Vec::new(),
         backend: Backend::Docker,
         mode: Mode::Secure,
+        disk_faults: false,
     };
     let mut c = ProcCluster::start(opts).await?;
     assert_eq!(c.backend(), Backend::Docker);

@@ -1,10 +1,14 @@
 //! Failure stories about process and network faults, against real node processes: quorum loss
 //! (story 6), a holder cut off from the network (story 7), a renewal from a process frozen past
 //! its TTL (story 9), a leader paused with requests queued at it (story 10), and a follower
-//! coming back from a real partition (story 11).
+//! coming back from a real partition (story 11); disk faults (story 12) in
+//! `stories_faults/disk.rs`.
 #![allow(clippy::unwrap_used)]
 
 mod common;
+/// Story 12: a failed fdatasync (libfiu), and its negative control.
+#[path = "stories_faults/disk.rs"]
+mod disk;
 
 use std::time::{Duration, Instant};
 

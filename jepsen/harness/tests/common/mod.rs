@@ -92,15 +92,26 @@ impl DerefMut for TestCluster {
 /// Starts `nodes` secure node processes (with the `bugs` switches, empty for a correct server)
 /// and waits for a leader.
 pub async fn start_cluster(nodes: u64, bugs: &str) -> anyhow::Result<TestCluster> {
-    start_cluster_in(nodes, bugs, Mode::Secure).await
+    start_cluster_in(nodes, bugs, Mode::Secure, false).await
+}
+
+/// [`start_cluster`] with every node under libfiu (`ProcCluster::disk_fault`).
+pub async fn start_disk_fault_cluster(nodes: u64, bugs: &str) -> anyhow::Result<TestCluster> {
+    turnstile_jepsen::cluster::require_fiu()?;
+    start_cluster_in(nodes, bugs, Mode::Secure, true).await
 }
 
 /// [`start_cluster`] over plain HTTP, for stories that write raw requests ([`RawRequest`]).
 pub async fn start_insecure_cluster(nodes: u64, bugs: &str) -> anyhow::Result<TestCluster> {
-    start_cluster_in(nodes, bugs, Mode::Insecure).await
+    start_cluster_in(nodes, bugs, Mode::Insecure, false).await
 }
 
-async fn start_cluster_in(nodes: u64, bugs: &str, mode: Mode) -> anyhow::Result<TestCluster> {
+async fn start_cluster_in(
+    nodes: u64,
+    bugs: &str,
+    mode: Mode,
+    disk_faults: bool,
+) -> anyhow::Result<TestCluster> {
     let dir = tempfile::tempdir()?;
     let started = Instant::now();
     let cluster = ProcCluster::start(ClusterOptions {
@@ -111,6 +122,7 @@ async fn start_cluster_in(nodes: u64, bugs: &str, mode: Mode) -> anyhow::Result<
         extra_args: Vec::new(),
         backend: Backend::Netns,
         mode,
+        disk_faults,
     })
     .await?;
     eprintln!(

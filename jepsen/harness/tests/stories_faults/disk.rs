@@ -1,0 +1,173 @@
+//! Story 12, disk faults: `fdatasync` fails on the leader (libfiu's
+//! `posix/io/sync/fdatasync`, switched on in the running node process). The node must stop,
+//! exit with `SYNC_FAILED_EXIT_CODE` and acknowledge nothing more, the survivors must elect a
+//! leader and go on, and after a restart on a healthy disk the node must catch up with no
+//! acknowledged write lost. The negative control runs the same story with the
+//! `ignore-sync-failure` switch ("retry and carry on", the fsyncgate mistake) and shows the
+//! story's checks catch it: the node neither exits nor stops acknowledging on a failing disk.
+//!
+//! What it cannot show: libfiu fails the call before the kernel sees it, so the page cache
+//! still holds the data and nothing is really dropped; the story proves what the node *does*
+//! on a failed sync, not what a kernel that dropped pages would lose.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use super::common::*;
+
+/// The failure point of `fdatasync(2)` in libfiu's POSIX preload.
+const FDATASYNC: &str = "posix/io/sync/fdatasync";
+/// `turnstile_raft::log_store::SYNC_FAILED_EXIT_CODE` (EX_IOERR).
+const SYNC_FAILED_EXIT_CODE: i32 = 74;
+/// Keys written before the fault, and by the survivors after it.
+const WRITES_PER_PHASE: u64 = 20;
+/// Writes sent to the faulty node after the fault.
+const WRITES_TO_FAULTY: u64 = 5;
+/// How long the faulty node has to exit.
+const EXIT_MS_MAX: u64 = 10_000;
+/// How long one write may be retried (same request_id) across the live nodes.
+const WRITE_RETRY_MS_MAX: u64 = 20_000;
+
+/// What one run of the story saw.
+struct Seen {
+    /// The faulty node's exit status, if it exited within `EXIT_MS_MAX`.
+    exit_code: Option<Option<i32>>,
+    /// Writes the faulty node answered 200 after its disk failed.
+    acked_by_faulty: u64,
+    /// Acknowledged writes: key -> value.
+    acked: BTreeMap<String, String>,
+}
+
+/// Puts `key` = `value` with one request_id, retried across the live nodes until acknowledged.
+async fn put_acked(tc: &TestCluster, key: &str, value: &str) -> anyhow::Result<()> {
+    let rid = format!("disk-{key}");
+    let deadline = Instant::now() + Duration::from_millis(WRITE_RETRY_MS_MAX);
+    loop {
+        for id in tc.live() {
+            let body = json!({ "value": value, "request_id": rid });
+            if let Ok((200, _)) = tc.put_on(id, key, body).await {
+                return Ok(());
+            }
+        }
+        if Instant::now() > deadline {
+            anyhow::bail!("{key} was not acknowledged within {WRITE_RETRY_MS_MAX} ms");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The story up to the faulty node's exit (or not): writes, the fault on the leader, writes to
+/// it. Returns the cluster, the faulty node and what was seen.
+async fn fail_the_leaders_disk(bugs: &str) -> anyhow::Result<(TestCluster, u64, Seen)> {
+    let mut tc = start_disk_fault_cluster(3, bugs).await?;
+    let mut acked = BTreeMap::new();
+    for i in 0..WRITES_PER_PHASE {
+        let (key, value) = (format!("before-{i}"), format!("v{i}"));
+        put_acked(&tc, &key, &value).await?;
+        acked.insert(key, value);
+    }
+    let (faulty, _) = tc.leader().await?;
+    tc.disk_fault(faulty, FDATASYNC, true)?;
+    eprintln!("fdatasync now fails on node {faulty}, the leader");
+    let mut acked_by_faulty = 0;
+    for i in 0..WRITES_TO_FAULTY {
+        let (key, value) = (format!("faulty-{i}"), format!("v{i}"));
+        let body = json!({ "value": value, "request_id": format!("disk-{key}") });
+        if let Ok((200, _)) = tc.put_on(faulty, &key, body).await {
+            acked_by_faulty += 1;
+            acked.insert(key, value);
+        }
+    }
+    let started = Instant::now();
+    let exit_code = loop {
+        if let Some(status) = tc.exited(faulty)? {
+            break Some(status.code());
+        }
+        if started.elapsed() > Duration::from_millis(EXIT_MS_MAX) {
+            break None;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let seen = Seen {
+        exit_code,
+        acked_by_faulty,
+        acked,
+    };
+    Ok((tc, faulty, seen))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_fdatasync_stops_the_node_and_loses_no_acknowledged_write() -> anyhow::Result<()> {
+    let (mut tc, faulty, mut seen) = fail_the_leaders_disk("").await?;
+    assert_eq!(
+        seen.exit_code,
+        Some(Some(SYNC_FAILED_EXIT_CODE)),
+        "node {faulty} must exit with {SYNC_FAILED_EXIT_CODE} after a failed fdatasync"
+    );
+    assert!(
+        tc.log_contains(
+            faulty,
+            "log sync (fdatasync) failed: stopping this node now"
+        ),
+        "node {faulty}'s log must say why it stopped:\n{}",
+        tc.log_tail(faulty, 20)
+    );
+    // The survivors elect a leader and take writes.
+    let failed_at = Instant::now();
+    for i in 0..WRITES_PER_PHASE {
+        let (key, value) = (format!("after-{i}"), format!("v{i}"));
+        put_acked(&tc, &key, &value).await?;
+        seen.acked.insert(key, value);
+    }
+    let survivors_ms = ms(failed_at.elapsed());
+    // A restart on a healthy disk (a new process: no failure point is on) catches up.
+    let restarted_at = Instant::now();
+    tc.restart(faulty)?;
+    let converged = tc.converged().await?;
+    let catch_up_ms = ms(restarted_at.elapsed());
+    assert!(converged.iter().any(|(id, _, _)| *id == faulty));
+    let mut lost = Vec::new();
+    for (key, value) in &seen.acked {
+        let (code, v) = tc.get(faulty, &format!("/v1/kv/{key}")).await?;
+        if code != 200 || v["value"] != value.as_str() {
+            lost.push(format!("{key}: {code} {v}"));
+        }
+    }
+    eprintln!(
+        "story 12: node {faulty} exited {:?}; it acknowledged {} writes after the fault; \
+         survivors took {WRITES_PER_PHASE} writes in {survivors_ms} ms; restart to converged \
+         {catch_up_ms} ms; {} acknowledged writes checked, {} lost",
+        seen.exit_code,
+        seen.acked_by_faulty,
+        seen.acked.len(),
+        lost.len()
+    );
+    assert!(lost.is_empty(), "acknowledged writes lost: {lost:?}");
+    Ok(())
+}
+
+/// Negative control: a node that ignores the failed sync is caught by the same checks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn control_a_node_that_ignores_a_failed_fdatasync_is_caught() -> anyhow::Result<()> {
+    let (tc, faulty, seen) = fail_the_leaders_disk("ignore-sync-failure").await?;
+    eprintln!(
+        "story 12 control: node {faulty} exited {:?}; it acknowledged {} of {WRITES_TO_FAULTY} \
+         writes on a failing disk",
+        seen.exit_code, seen.acked_by_faulty
+    );
+    assert_eq!(
+        seen.exit_code, None,
+        "with ignore-sync-failure the node must carry on, which the story's exit check catches"
+    );
+    assert_eq!(
+        seen.acked_by_faulty, WRITES_TO_FAULTY,
+        "with ignore-sync-failure the node acknowledges every write on a failing disk"
+    );
+    assert!(tc.log_contains(
+        faulty,
+        "BUG INJECTION: log sync failed; acknowledging anyway"
+    ));
+    Ok(())
+}
