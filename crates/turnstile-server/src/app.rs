@@ -44,6 +44,8 @@ pub struct App {
     pub readiness: crate::readiness::ReadyProbe,
     /// When this node last accepted an append (entries or heartbeat) from a leader.
     leader_contact: LeaderContact,
+    /// The data dir's free space against `--disk-reserve-mb` (`crate::disk_space`).
+    pub disk: crate::disk_space::DiskSpace,
 }
 
 /// The last time a leader's append was accepted here, in ms since the node started (0:
@@ -81,6 +83,7 @@ impl App {
         log_stats: Box<dyn Fn() -> SyncStats + Send + Sync>,
         waiters: Arc<WaiterRegistry>,
     ) -> App {
+        let disk = crate::disk_space::DiskSpace::new(cfg.id, &cfg.data_dir, cfg.disk_reserve_mb);
         let app = App {
             cfg,
             raft,
@@ -100,6 +103,7 @@ impl App {
             node_usage: Default::default(),
             readiness: Default::default(),
             leader_contact: Default::default(),
+            disk,
         };
         app.raft.runtime_config().elect(phase.may_vote());
         app

@@ -30,6 +30,10 @@ pub const SNAPSHOT_KEEP_LOGS_DEFAULT: u64 = 1_000;
 pub const SNAPSHOT_LOGS_MAX: u64 = 10_000_000;
 /// Default interval of the leader's deadlock check.
 pub const DEADLOCK_CHECK_MS_DEFAULT: u64 = 200;
+/// Free space (MiB) below which a node refuses writes (`crate::disk_space`).
+pub const DISK_RESERVE_MB_DEFAULT: u64 = 256;
+/// Largest `--disk-reserve-mb`: 1 TiB.
+pub const DISK_RESERVE_MB_MAX: u64 = 1024 * 1024;
 /// Most lock names `--metrics-lock-names` may give their own metric series: each name costs
 /// about 40 series (counters by cause, two histograms), so 1000 names is ~40k series.
 pub const METRICS_LOCK_NAMES_MAX: u32 = 1_000;
@@ -155,6 +159,10 @@ pub struct ServeArgs {
     /// How often the leader looks for deadlocks among queued waiters.
     #[arg(long, env = "TURNSTILE_DEADLOCK_CHECK_MS")]
     pub deadlock_check_ms: Option<u64>,
+    /// Refuse writes while the data dir's filesystem has less than this many MiB free
+    /// (default 256; 0: never refuse).
+    #[arg(long, env = "TURNSTILE_DISK_RESERVE_MB", value_name = "MIB")]
+    pub disk_reserve_mb: Option<u64>,
     /// Which lease of a deadlock cycle loses its wait: youngest (default) or oldest.
     #[arg(long, env = "TURNSTILE_DEADLOCK_VICTIM", value_enum)]
     pub deadlock_victim: Option<DeadlockVictim>,
@@ -216,6 +224,7 @@ struct FileConfig {
     snapshot_logs: Option<u64>,
     snapshot_keep_logs: Option<u64>,
     deadlock_check_ms: Option<u64>,
+    disk_reserve_mb: Option<u64>,
     deadlock_victim: Option<DeadlockVictim>,
     metrics_lock_names: Option<u32>,
     http_header_read_timeout_ms: Option<u64>,
@@ -246,6 +255,8 @@ pub struct NodeConfig {
     pub snapshot_logs: u64,
     pub snapshot_keep_logs: u64,
     pub deadlock_check_ms: u64,
+    /// Free MiB below which writes are refused (0: off); see `crate::disk_space`.
+    pub disk_reserve_mb: u64,
     pub deadlock_victim: DeadlockVictim,
     /// Lock names with their own metric series (0: none); see `metrics::labels::NameCap`.
     pub metrics_lock_names: u32,
@@ -361,6 +372,10 @@ impl ServeArgs {
                 .deadlock_check_ms
                 .or(file.deadlock_check_ms)
                 .unwrap_or(DEADLOCK_CHECK_MS_DEFAULT),
+            disk_reserve_mb: self
+                .disk_reserve_mb
+                .or(file.disk_reserve_mb)
+                .unwrap_or(DISK_RESERVE_MB_DEFAULT),
             deadlock_victim: self
                 .deadlock_victim
                 .or(file.deadlock_victim)
@@ -500,6 +515,11 @@ impl NodeConfig {
         if !(10..=60_000).contains(&self.deadlock_check_ms) {
             return invalid("deadlock-check-ms must be within 10..=60000".into());
         }
+        if self.disk_reserve_mb > DISK_RESERVE_MB_MAX {
+            return invalid(format!(
+                "disk-reserve-mb must be within 0..={DISK_RESERVE_MB_MAX}"
+            ));
+        }
         if !(100..=SNAPSHOT_LOGS_MAX).contains(&self.snapshot_logs) {
             return invalid(format!(
                 "snapshot-logs must be within 100..={SNAPSHOT_LOGS_MAX}"
@@ -617,6 +637,7 @@ mod tests {
             ("election_timeout_ms_max", ELECTION_TIMEOUT_MS_MAX_DEFAULT),
             ("tick_ms", TICK_MS_DEFAULT),
             ("request_timeout_ms", REQUEST_TIMEOUT_MS_DEFAULT),
+            ("disk_reserve_mb", DISK_RESERVE_MB_DEFAULT),
         ];
         for (id, default) in cases {
             let arg = cmd

@@ -59,6 +59,12 @@ impl App {
             let inner = self.sm.read();
             (inner.state.sm_time_ms, inner.state.cluster_id.is_some())
         };
+        // Refused before anything is appended, so the client may retry elsewhere or later.
+        self.disk
+            .check_for(&req.command)
+            .map_err(|e| RouteError::Unavailable {
+                reason: e.to_string(),
+            })?;
         // Every grant carries the cluster id; until the new cluster has chosen one (the
         // driver's first entry), client writes wait. Nothing is appended, so this retries.
         if !has_cluster_id && !matches!(req.command, turnstile_core::Command::InitCluster { .. }) {

@@ -16,6 +16,7 @@
 //!   range reads (keys, locks, leases); [`proto`]: node-to-node messages.
 //! - [`backup`]: backup files and restoring a new cluster from one.
 //! - [`drain`]: the graceful stop's leader hand-over; [`readiness`]: what `/readyz` checks.
+//! - [`disk_space`]: writes refused while the data dir's free space is below the reserve.
 //! - [`driver`]: leader ticks, expiry, cluster id; [`bootstrap`]: forming a new cluster;
 //!   [`snapshot_policy`]: when to snapshot, by the state's size.
 //! - [`clock`]: the leader's monotonic `sm_time` source; [`waiters`]: queued acquires held
@@ -40,6 +41,7 @@ pub mod bugs;
 pub mod clock;
 pub mod config;
 pub mod denials;
+pub mod disk_space;
 pub mod drain;
 pub mod driver;
 pub mod election_views;

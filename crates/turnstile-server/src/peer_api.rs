@@ -29,7 +29,7 @@ use turnstile_raft::network::{
     SnapshotRequest, BINCODE_CONTENT_TYPE, CLUSTER_ID_HEADER, FROM_HEADER,
 };
 use turnstile_raft::peer_auth::{RequestHead, AUTH_HEADER, REPLY_AUTH_HEADER};
-use turnstile_raft::types::Snapshot;
+use turnstile_raft::types::{Snapshot, TypeConfig};
 
 use crate::app::App;
 use crate::identity::Phase;
@@ -243,8 +243,15 @@ fn reply<T: Serialize, E: ToString>(result: Result<T, E>) -> Response {
 }
 
 async fn append(State(app): State<Arc<App>>, body: Bytes) -> Response {
-    match decode(&body) {
+    match decode::<openraft::raft::AppendEntriesRequest<TypeConfig>>(&body) {
         Ok(req) => {
+            // New entries on a nearly full disk are refused (the leader retries with backoff
+            // and logs why once); heartbeats still pass, so this node keeps its leader.
+            if !req.entries.is_empty() {
+                if let Err(e) = app.disk.check() {
+                    return reply::<openraft::raft::AppendEntriesResponse<TypeConfig>, _>(Err(e));
+                }
+            }
             let result = app.raft.append_entries(req).await;
             // Accepted from the current leader (a stale one gets `HigherVote`).
             if matches!(
