@@ -84,7 +84,7 @@ async fn names_page<T>(
     query: Result<Query<NamesQuery>, QueryRejection>,
     check: fn(&str) -> Result<(), ApiError>,
     read: fn(Range<String>) -> ReadQuery,
-    answer: fn(ReadAnswer) -> Result<Page<T>, ReadAnswer>,
+    answer: fn(ReadAnswer) -> Result<Page<T>, Box<ReadAnswer>>,
 ) -> Result<Json<Page<T>>, ApiError> {
     let q = parsed(query)?;
     let range = Range {
@@ -113,7 +113,7 @@ pub async fn keys(
         ReadQuery::Keys,
         |a| match a {
             ReadAnswer::Keys(page) => Ok(page),
-            other => Err(other),
+            other => Err(Box::new(other)),
         },
     )
     .await
@@ -135,7 +135,7 @@ pub async fn locks(
         ReadQuery::Locks,
         |a| match a {
             ReadAnswer::Locks(page) => Ok(page),
-            other => Err(other),
+            other => Err(Box::new(other)),
         },
     )
     .await
