@@ -103,7 +103,8 @@ echo "== schemathesis (seed $seed, $max_examples examples per operation and phas
 report="$tmp/report"
 set +e
 (
-    cd "$here"
+    # Schemathesis keeps a cache in its working directory: the temp dir, not the repo.
+    cd "$tmp"
     TURNSTILE_URL="$leader_url" TURNSTILE_HOOKS_SEED="$seed" SCHEMATHESIS_HOOKS=hooks \
         PYTHONPATH="$here" timeout "$run_s_max" "$tmp/venv/bin/schemathesis" \
         --config-file "$here/schemathesis.toml" run \
