@@ -215,21 +215,6 @@ impl ApiError {
     const KINDS: usize = 15 + 17;
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_samples_cover_every_kind() {
-        let mut seen: Vec<usize> = ApiError::samples()
-            .iter()
-            .map(ApiError::kind_index)
-            .collect();
-        seen.sort_unstable();
-        assert_eq!(seen, (0..ApiError::KINDS).collect::<Vec<_>>());
-    }
-}
-
 fn apply_status(e: &ApplyError) -> (StatusCode, &'static str) {
     use StatusCode as S;
     match e {
@@ -291,5 +276,20 @@ impl IntoResponse for ApiError {
             }),
         )
             .into_response()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_samples_cover_every_kind() {
+        let mut seen: Vec<usize> = ApiError::samples()
+            .iter()
+            .map(ApiError::kind_index)
+            .collect();
+        seen.sort_unstable();
+        assert_eq!(seen, (0..ApiError::KINDS).collect::<Vec<_>>());
     }
 }
