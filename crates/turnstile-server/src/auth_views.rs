@@ -6,7 +6,7 @@ use turnstile_core::auth::{self, Permission, Quotas};
 use turnstile_core::State;
 
 /// `GET /v1/auth/roles` and `GET /v1/auth/users`: everything root manages.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct AuthView {
     pub auth_revision: u64,
     pub roles: Vec<RoleView>,
@@ -14,7 +14,7 @@ pub struct AuthView {
     pub tokens: Vec<TokenView>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct RoleView {
     pub name: String,
     pub permissions: Vec<PermissionView>,
@@ -22,14 +22,14 @@ pub struct RoleView {
 }
 
 /// A permission in the contract's JSON words (`kind`, `prefix`, `access`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct PermissionView {
     pub kind: String,
     pub prefix: String,
     pub access: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct UserView {
     pub name: String,
     pub roles: Vec<String>,
@@ -37,7 +37,7 @@ pub struct UserView {
 }
 
 /// Effective quotas (defaults filled in).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct QuotasView {
     pub leases: u64,
     pub locks: u64,
@@ -47,7 +47,7 @@ pub struct QuotasView {
     pub waiting: u64,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct TokenView {
     pub token_id: String,
     pub user: String,
@@ -56,7 +56,7 @@ pub struct TokenView {
 
 /// `GET /v1/auth/whoami`: the caller, its roles, quotas and what it holds. `watches` and
 /// `waiting` are counted per node and filled in by the node that answers the client.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct WhoamiView {
     pub user: String,
     pub roles: Vec<String>,
@@ -65,7 +65,7 @@ pub struct WhoamiView {
     pub usage: UsageView,
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct UsageView {
     pub leases: u64,
     pub locks: u64,

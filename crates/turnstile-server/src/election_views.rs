@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 use turnstile_core::State;
 
 /// The leader of an election.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct LeaderView {
     /// `None` (JSON null) when the lease is not the reader's (another tenant's).
     pub lease_id: Option<u64>,
@@ -18,7 +18,7 @@ pub struct LeaderView {
 }
 
 /// `GET /v1/elections/{name}`: `leader` is null while nobody leads.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ElectionView {
     pub name: String,
     pub leader: Option<LeaderView>,

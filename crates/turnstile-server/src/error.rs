@@ -83,6 +83,138 @@ impl ApiError {
     }
 }
 
+impl ApiError {
+    /// One error of every kind, for the list of codes (`ApiError::every_kind`). A new variant
+    /// here or in `ApplyError`/`RouteError` needs a sample: `kind_index` does not compile
+    /// without one more arm, and the tests check that the samples cover every index.
+    fn samples() -> Vec<ApiError> {
+        let s = String::new;
+        let apply = [
+            ApplyError::LeaseNotFound { lease_id: 0 },
+            ApplyError::LockHeld {
+                name: s(),
+                holder_token: 0,
+            },
+            ApplyError::NotHolder {
+                name: s(),
+                lease_id: 0,
+                token: 0,
+            },
+            ApplyError::CompareFailed { key: s() },
+            ApplyError::Fenced {
+                lock: s(),
+                token: 0,
+                current_token: None,
+            },
+            ApplyError::RequestIdReused { request_id: s() },
+            ApplyError::CounterOverflow { name: s() },
+            ApplyError::LimitReached { limit: s() },
+            ApplyError::Invalid { reason: s() },
+            ApplyError::WaitTimeout { waiter_id: s() },
+            ApplyError::ModeMismatch {
+                name: s(),
+                reason: s(),
+            },
+            ApplyError::DeadlockVictim {
+                waiter_id: s(),
+                cycle: Vec::new(),
+            },
+            ApplyError::PermissionDenied { reason: s() },
+            ApplyError::QuotaExceeded {
+                quota: s(),
+                limit: 0,
+            },
+            ApplyError::Unauthenticated { reason: s() },
+            ApplyError::AuthNotFound { what: s() },
+            ApplyError::NotLeader {
+                name: s(),
+                token: 0,
+            },
+        ];
+        let route = [
+            RouteError::NotLeader { leader_id: None },
+            RouteError::NoQuorum,
+            RouteError::Indeterminate,
+            RouteError::Unavailable { reason: s() },
+        ];
+        let mut all = vec![
+            ApiError::BadRequest(s()),
+            ApiError::BodyTooLarge { limit_bytes: 0 },
+            ApiError::BodyTimeout,
+            ApiError::NotFound(s()),
+            ApiError::KeyNotFound { what: s() },
+            ApiError::MethodNotAllowed,
+            ApiError::NotMember(s()),
+            ApiError::MemberRefused(s()),
+            ApiError::Unavailable(s()),
+            ApiError::Unauthenticated(s()),
+            ApiError::Internal(s()),
+        ];
+        all.extend(apply.into_iter().map(ApiError::Apply));
+        all.extend(route.into_iter().map(ApiError::Route));
+        all
+    }
+
+    /// Every `(status, code)` the client API can answer with, sorted, each once.
+    pub fn every_kind() -> Vec<(StatusCode, &'static str)> {
+        let mut kinds: Vec<(StatusCode, &'static str)> = ApiError::samples()
+            .iter()
+            .map(ApiError::status_and_code)
+            .collect();
+        kinds.sort_by_key(|(status, code)| (status.as_u16(), *code));
+        kinds.dedup();
+        kinds
+    }
+
+    /// A distinct number for every variant (nested ones included), below `KINDS`.
+    #[cfg(test)]
+    fn kind_index(&self) -> usize {
+        use ApplyError as A;
+        match self {
+            ApiError::BadRequest(_) => 0,
+            ApiError::BodyTooLarge { .. } => 1,
+            ApiError::BodyTimeout => 2,
+            ApiError::NotFound(_) => 3,
+            ApiError::KeyNotFound { .. } => 4,
+            ApiError::MethodNotAllowed => 5,
+            ApiError::NotMember(_) => 6,
+            ApiError::MemberRefused(_) => 7,
+            ApiError::Unavailable(_) => 8,
+            ApiError::Unauthenticated(_) => 9,
+            ApiError::Internal(_) => 10,
+            ApiError::Route(RouteError::NotLeader { .. }) => 11,
+            ApiError::Route(RouteError::NoQuorum) => 12,
+            ApiError::Route(RouteError::Indeterminate) => 13,
+            ApiError::Route(RouteError::Unavailable { .. }) => 14,
+            ApiError::Apply(e) => {
+                15 + match e {
+                    A::LeaseNotFound { .. } => 0,
+                    A::LockHeld { .. } => 1,
+                    A::NotHolder { .. } => 2,
+                    A::CompareFailed { .. } => 3,
+                    A::Fenced { .. } => 4,
+                    A::RequestIdReused { .. } => 5,
+                    A::CounterOverflow { .. } => 6,
+                    A::LimitReached { .. } => 7,
+                    A::Invalid { .. } => 8,
+                    A::WaitTimeout { .. } => 9,
+                    A::ModeMismatch { .. } => 10,
+                    A::DeadlockVictim { .. } => 11,
+                    A::PermissionDenied { .. } => 12,
+                    A::QuotaExceeded { .. } => 13,
+                    A::Unauthenticated { .. } => 14,
+                    A::AuthNotFound { .. } => 15,
+                    A::NotLeader { .. } => 16,
+                }
+            }
+        }
+    }
+
+    /// How many `kind_index` values there are.
+    #[cfg(test)]
+    const KINDS: usize = 15 + 17;
+}
+
 fn apply_status(e: &ApplyError) -> (StatusCode, &'static str) {
     use StatusCode as S;
     match e {
@@ -144,5 +276,20 @@ impl IntoResponse for ApiError {
             }),
         )
             .into_response()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_samples_cover_every_kind() {
+        let mut seen: Vec<usize> = ApiError::samples()
+            .iter()
+            .map(ApiError::kind_index)
+            .collect();
+        seen.sort_unstable();
+        assert_eq!(seen, (0..ApiError::KINDS).collect::<Vec<_>>());
     }
 }

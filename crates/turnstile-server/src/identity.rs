@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 pub const IDENTITY_FILE: &str = "identity.json";
 
 /// Where a node stands in joining its cluster.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Phase {
     /// Empty data dir; deciding whether to form a new cluster. Does not vote or serve.

@@ -46,7 +46,7 @@ pub struct Range<A> {
 }
 
 /// One page of a range read.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Page<T> {
     pub items: Vec<T>,
     /// True when the range has items past this page.
@@ -56,7 +56,7 @@ pub struct Page<T> {
 }
 
 /// One item of `GET /v1/leases`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct LeaseItem {
     pub lease_id: u64,
     pub ttl_ms: u64,

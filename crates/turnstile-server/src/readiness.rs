@@ -24,7 +24,7 @@ use crate::proto::ReadQuery;
 pub const READY_PROBE_REUSE_MS: u64 = 250;
 
 /// Why a node is not ready (`reason` in the 503 body).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum NotReady {
     /// Not (or not yet, or no longer) a voting member: see `phase`.

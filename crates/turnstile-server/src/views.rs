@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 use turnstile_core::State;
 
 /// `GET /v1/leases/{id}`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct LeaseView {
     pub lease_id: u64,
     pub ttl_ms: u64,
@@ -16,7 +16,7 @@ pub struct LeaseView {
 }
 
 /// One holder in `GET /v1/locks/{name}`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct HolderView {
     /// `None` (JSON null) when the lease is not the reader's (another tenant's).
     pub lease_id: Option<u64>,
@@ -29,7 +29,7 @@ pub struct HolderView {
 }
 
 /// One queued waiter in `GET /v1/locks/{name}` (queues arrive with blocking acquire).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct WaiterView {
     /// `None` (JSON null) when the lease is not the reader's.
     pub lease_id: Option<u64>,
@@ -38,7 +38,7 @@ pub struct WaiterView {
 }
 
 /// `GET /v1/locks/{name}`; empty holders and waiters when the lock is idle.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct LockView {
     pub name: String,
     pub permits: u32,
@@ -47,7 +47,7 @@ pub struct LockView {
 }
 
 /// `GET /v1/kv/{key}`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct KeyView {
     pub key: String,
     pub value: String,
@@ -58,14 +58,14 @@ pub struct KeyView {
 }
 
 /// `GET /v1/counters/{name}`; a counter never incremented reads 0.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct CounterView {
     pub name: String,
     pub value: i64,
 }
 
 /// `POST /v1/fence/check`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct FenceView {
     pub current: bool,
     pub current_token: Option<u64>,

@@ -9,8 +9,8 @@ use axum::extract::State;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde_json::{json, Value};
 
+use crate::api::answers::SnapshotAnswer;
 use crate::app::App;
 use crate::auth::Caller;
 use crate::backup::BackupFile;
@@ -22,10 +22,12 @@ use turnstile_raft::snapshot_files::SnapshotFile;
 const SNAPSHOT_WAIT_MS_MAX: u64 = 30_000;
 
 /// Writes a snapshot covering at least everything applied when the call arrived.
+#[utoipa::path(post, path = "/v1/admin/snapshot", tag = "admin",
+    responses((status = 200, description = "The snapshot written", body = SnapshotAnswer)))]
 pub async fn snapshot(
     State(app): State<Arc<App>>,
     caller: Caller,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<SnapshotAnswer>, ApiError> {
     caller.require_root("snapshots")?;
     let applied = app.sm.read().last_applied.map_or(0, |l| l.index);
     app.raft
@@ -57,16 +59,19 @@ pub async fn snapshot(
             .await
             .map_err(|e| ApiError::Unavailable(e.to_string()))?;
     }
-    Ok(Json(json!({
-        "node_id": app.node_id(),
-        "last_snapshot_index": index,
-        "purge_requested_upto": upto,
-    })))
+    Ok(Json(SnapshotAnswer {
+        node_id: app.node_id(),
+        last_snapshot_index: index,
+        purge_requested_upto: upto,
+    }))
 }
 
 /// A consistent backup: only the leader answers (a follower says `no_quorum` and the client
 /// moves on), after confirming with a quorum that it is still leader and applying up to the
 /// read index, so the file holds every write acknowledged before the request.
+#[utoipa::path(get, path = "/v1/admin/backup", tag = "admin",
+    responses((status = 200, description = "The backup file, for `turnstile restore`",
+        content_type = "application/octet-stream", body = String)))]
 pub async fn backup(State(app): State<Arc<App>>, caller: Caller) -> Result<Response, ApiError> {
     caller.require_root("backups")?;
     if !app.is_leader() {

@@ -7,11 +7,15 @@ use std::sync::Arc;
 use axum::extract::State;
 use axum::Json;
 use serde::Deserialize;
-use serde_json::{json, Value};
 use turnstile_core::auth::{check_name, Access, Kind, Permission, Quotas, ROOT};
 use turnstile_core::{Command, Outcome};
+use utoipa::ToSchema;
 
+use crate::api::answers::{
+    AuthChangeAnswer, AuthOff, RolesAnswer, TokenAnswer, UserItem, UsersAnswer, WhoamiAnswer,
+};
 use crate::api::extract::{Body, Param};
+use crate::api::openapi::ErrorAnswer;
 use crate::api::ops::{unexpected, unexpected_answer};
 use crate::app::App;
 use crate::auth::{mint_token, Caller, NodeQuota};
@@ -36,15 +40,19 @@ fn name(what: &str, s: &str) -> Result<(), ApiError> {
     check_name(what, s).map_err(ApiError::BadRequest)
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PermissionBody {
+    #[schema(pattern = "^(lock|key|counter)$")]
     kind: String,
+    /// Names starting with this (empty: every name of the kind).
     prefix: String,
+    /// `write` implies `read`.
+    #[schema(pattern = "^(read|write)$")]
     access: String,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RoleBody {
     #[serde(default)]
@@ -88,22 +96,32 @@ fn permission(p: PermissionBody) -> Result<Permission, ApiError> {
     })
 }
 
-async fn change(app: &App, caller: &Caller, command: Command) -> Result<Json<Value>, ApiError> {
+async fn change(
+    app: &App,
+    caller: &Caller,
+    command: Command,
+) -> Result<Json<AuthChangeAnswer>, ApiError> {
     let w = app.write(caller, None, command).await?;
     match w.outcome {
-        Outcome::AuthChanged { auth_revision } => Ok(Json(
-            json!({"revision": w.revision, "auth_revision": auth_revision}),
-        )),
+        Outcome::AuthChanged { auth_revision } => Ok(Json(AuthChangeAnswer {
+            revision: w.revision,
+            auth_revision,
+        })),
         other => Err(unexpected(&other)),
     }
 }
 
+/// Creates or replaces a role (root only).
+#[utoipa::path(put, path = "/v1/auth/roles/{role}", tag = "auth",
+    params(("role" = String, Path, description = "The role name")),
+    request_body = RoleBody,
+    responses((status = 200, description = "Stored", body = AuthChangeAnswer)))]
 pub async fn put_role(
     State(app): State<Arc<App>>,
     caller: Caller,
     Param(role): Param<String>,
     Body(b): Body<RoleBody>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<AuthChangeAnswer>, ApiError> {
     root_only(&app, &caller)?;
     name("role", &role)?;
     if b.permissions.len() > turnstile_core::auth::PERMISSIONS_PER_ROLE_MAX {
@@ -125,17 +143,23 @@ pub async fn put_role(
     change(&app, &caller, cmd).await
 }
 
+/// Deletes a role (root only).
+#[utoipa::path(delete, path = "/v1/auth/roles/{role}", tag = "auth",
+    params(("role" = String, Path, description = "The role name")),
+    responses((status = 200, description = "Deleted", body = AuthChangeAnswer),
+        (status = 404, description = "`not_found`: no such role", body = ErrorAnswer)))]
 pub async fn delete_role(
     State(app): State<Arc<App>>,
     caller: Caller,
     Param(role): Param<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<AuthChangeAnswer>, ApiError> {
     root_only(&app, &caller)?;
     name("role", &role)?;
     change(&app, &caller, Command::AuthDeleteRole { role }).await
 }
 
-#[derive(Deserialize, Default)]
+/// Per-principal quotas; an absent one takes its documented default.
+#[derive(Deserialize, Default, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct QuotasBody {
     leases: Option<u64>,
@@ -146,7 +170,7 @@ pub struct QuotasBody {
     waiting: Option<u64>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UserBody {
     #[serde(default)]
@@ -155,12 +179,18 @@ pub struct UserBody {
     quotas: QuotasBody,
 }
 
+/// Creates or replaces a user: its roles and quotas (root only).
+#[utoipa::path(put, path = "/v1/auth/users/{user}", tag = "auth",
+    params(("user" = String, Path, description = "The user name")),
+    request_body = UserBody,
+    responses((status = 200, description = "Stored", body = AuthChangeAnswer),
+        (status = 404, description = "`not_found`: a named role does not exist", body = ErrorAnswer)))]
 pub async fn put_user(
     State(app): State<Arc<App>>,
     caller: Caller,
     Param(user): Param<String>,
     Body(b): Body<UserBody>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<AuthChangeAnswer>, ApiError> {
     root_only(&app, &caller)?;
     if user != ROOT {
         name("user", &user)?;
@@ -185,16 +215,21 @@ pub async fn put_user(
     change(&app, &caller, cmd).await
 }
 
+/// Deletes a user and its tokens (root only).
+#[utoipa::path(delete, path = "/v1/auth/users/{user}", tag = "auth",
+    params(("user" = String, Path, description = "The user name")),
+    responses((status = 200, description = "Deleted", body = AuthChangeAnswer),
+        (status = 404, description = "`not_found`: no such user", body = ErrorAnswer)))]
 pub async fn delete_user(
     State(app): State<Arc<App>>,
     caller: Caller,
     Param(user): Param<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<AuthChangeAnswer>, ApiError> {
     root_only(&app, &caller)?;
     change(&app, &caller, Command::AuthDeleteUser { user }).await
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TokenBody {
     user: String,
@@ -203,11 +238,14 @@ pub struct TokenBody {
 
 /// `POST /v1/auth/tokens`: the node makes the secret, proposes only its hash, and shows the
 /// token (`<token_id>.<secret>`) in this answer alone.
+#[utoipa::path(post, path = "/v1/auth/tokens", tag = "auth", request_body = TokenBody,
+    responses((status = 200, description = "The token, shown this once", body = TokenAnswer),
+        (status = 404, description = "`not_found`: no such user", body = ErrorAnswer)))]
 pub async fn create_token(
     State(app): State<Arc<App>>,
     caller: Caller,
     Body(b): Body<TokenBody>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<TokenAnswer>, ApiError> {
     root_only(&app, &caller)?;
     if b.user != ROOT {
         name("user", &b.user)?;
@@ -221,22 +259,27 @@ pub async fn create_token(
     };
     let w = app.write(&caller, None, cmd).await?;
     match w.outcome {
-        Outcome::TokenCreated { expires_ms, .. } => Ok(Json(json!({
-            "token_id": token_id,
-            "token": format!("{token_id}.{secret}"),
-            "user": b.user,
-            "expires_ms": expires_ms,
-            "revision": w.revision,
-        }))),
+        Outcome::TokenCreated { expires_ms, .. } => Ok(Json(TokenAnswer {
+            token: format!("{token_id}.{secret}"),
+            token_id,
+            user: b.user,
+            expires_ms,
+            revision: w.revision,
+        })),
         other => Err(unexpected(&other)),
     }
 }
 
+/// Revokes a token (root only).
+#[utoipa::path(delete, path = "/v1/auth/tokens/{token_id}", tag = "auth",
+    params(("token_id" = String, Path, description = "The token id")),
+    responses((status = 200, description = "Deleted", body = AuthChangeAnswer),
+        (status = 404, description = "`not_found`: no such token", body = ErrorAnswer)))]
 pub async fn delete_token(
     State(app): State<Arc<App>>,
     caller: Caller,
     Param(token_id): Param<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<AuthChangeAnswer>, ApiError> {
     root_only(&app, &caller)?;
     change(&app, &caller, Command::AuthDeleteToken { token_id }).await
 }
@@ -249,40 +292,61 @@ async fn auth_view(app: &App, caller: &Caller) -> Result<crate::auth_views::Auth
     }
 }
 
-/// `GET /v1/auth/roles`.
+/// Every role (root only).
+#[utoipa::path(get, path = "/v1/auth/roles", tag = "auth",
+    responses((status = 200, description = "The roles", body = RolesAnswer)))]
 pub async fn list_roles(
     State(app): State<Arc<App>>,
     caller: Caller,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<RolesAnswer>, ApiError> {
     let view = auth_view(&app, &caller).await?;
-    Ok(Json(
-        json!({"items": view.roles, "auth_revision": view.auth_revision}),
-    ))
+    Ok(Json(RolesAnswer {
+        items: view.roles,
+        auth_revision: view.auth_revision,
+    }))
 }
 
-/// `GET /v1/auth/users`, with each user's token ids and expiry (never a secret).
+/// Every user, with its token ids and expiry (never a secret; root only).
+#[utoipa::path(get, path = "/v1/auth/users", tag = "auth",
+    responses((status = 200, description = "The users", body = UsersAnswer)))]
 pub async fn list_users(
     State(app): State<Arc<App>>,
     caller: Caller,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<UsersAnswer>, ApiError> {
     let view = auth_view(&app, &caller).await?;
-    let items: Vec<Value> = view
+    let items = view
         .users
         .iter()
-        .map(|u| {
-            let tokens: Vec<_> = view.tokens.iter().filter(|t| t.user == u.name).collect();
-            json!({"name": u.name, "roles": u.roles, "quotas": u.quotas, "tokens": tokens})
+        .map(|u| UserItem {
+            name: u.name.clone(),
+            roles: u.roles.clone(),
+            quotas: u.quotas,
+            tokens: view
+                .tokens
+                .iter()
+                .filter(|t| t.user == u.name)
+                .cloned()
+                .collect(),
         })
         .collect();
-    Ok(Json(
-        json!({"items": items, "auth_revision": view.auth_revision}),
-    ))
+    Ok(Json(UsersAnswer {
+        items,
+        auth_revision: view.auth_revision,
+    }))
 }
 
-/// `GET /v1/auth/whoami`.
-pub async fn whoami(State(app): State<Arc<App>>, caller: Caller) -> Result<Json<Value>, ApiError> {
+/// The caller: its roles, quotas and usage.
+#[utoipa::path(get, path = "/v1/auth/whoami", tag = "auth",
+    responses((status = 200, description = "The caller (or a note that authentication is off)", body = WhoamiAnswer)))]
+pub async fn whoami(
+    State(app): State<Arc<App>>,
+    caller: Caller,
+) -> Result<Json<WhoamiAnswer>, ApiError> {
     let Some(principal) = caller.principal() else {
-        return Ok(Json(json!({"user": null, "authentication": "off"})));
+        return Ok(Json(WhoamiAnswer::Off(AuthOff {
+            user: None,
+            authentication: "off",
+        })));
     };
     let mut view = match app.read(&caller, ReadQuery::Whoami).await? {
         ReadAnswer::Whoami(view) => view,
@@ -290,5 +354,5 @@ pub async fn whoami(State(app): State<Arc<App>>, caller: Caller) -> Result<Json<
     };
     view.usage.watches = app.node_usage.of(principal, NodeQuota::Watches);
     view.usage.waiting = app.node_usage.of(principal, NodeQuota::Waiting);
-    Ok(Json(serde_json::to_value(view).unwrap_or_default()))
+    Ok(Json(WhoamiAnswer::On(view)))
 }

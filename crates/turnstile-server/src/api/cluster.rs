@@ -7,13 +7,19 @@ use std::sync::Arc;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
-use serde_json::{json, Value};
 
+use crate::api::answers::{
+    ClusterAnswer, HealthAnswer, LogAnswer, ReadyAnswer, RecordsAnswer, SnapshotStatsAnswer,
+    SnapshotsAnswer,
+};
 use crate::app::App;
 
-pub async fn cluster(State(app): State<Arc<App>>) -> Json<Value> {
+/// This node's view of the cluster (not a linearizable read).
+#[utoipa::path(get, path = "/v1/cluster", tag = "cluster",
+    responses((status = 200, description = "This node's view", body = ClusterAnswer)))]
+pub async fn cluster(State(app): State<Arc<App>>) -> Json<ClusterAnswer> {
     let m = app.raft.metrics().borrow_watched().clone();
-    let members = crate::api::members::members_json(&app, &m);
+    let members = crate::api::members::members(&app, &m);
     // Digest and applied index describe one state: a copy taken in O(1) under the state
     // lock, encoded and hashed after it is released (and only once per applied index).
     // Hashing a large state takes tens of ms of CPU: off the async workers.
@@ -29,47 +35,60 @@ pub async fn cluster(State(app): State<Arc<App>>) -> Json<Value> {
     let (cluster_id, sm_time_ms, records) = {
         let inner = app.sm.read();
         let s = &inner.state;
-        let windowed = s.request_expiries.len();
+        let total = s.requests.len() as u64;
+        let windowed = s.request_expiries.len() as u64;
         (
             s.cluster_id.clone(),
             s.sm_time_ms,
-            json!({
-                "total": s.requests.len(),
-                "pinned": s.requests.len().saturating_sub(windowed),
-                "windowed": windowed,
-            }),
+            RecordsAnswer {
+                total,
+                pinned: total.saturating_sub(windowed),
+                windowed,
+            },
         )
     };
     let log = app.log_sync_stats();
-    Json(json!({
-        "cluster_id": cluster_id,
-        "node_id": app.node_id(),
-        "leader_id": m.current_leader,
-        "state": format!("{:?}", m.state),
-        "term": m.current_term,
-        "commit_index": m.cluster_committed.map(|l| l.index),
-        "applied_index": applied_index,
-        "state_digest": state_digest,
-        "sm_time_ms": sm_time_ms,
-        "phase": app.phase(),
-        "members": members,
-        "last_snapshot_index": m.snapshot.map(|l| l.index),
-        "snapshots": app.sm.snapshot_history(),
-        "log": {
-            "first_index": m.purged.map_or(0, |p| p.index) + 1,
-            "last_index": m.last_log_index,
-            "entries": m.last_log_index.map_or(0, |l| l.saturating_sub(m.purged.map_or(0, |p| p.index))),
-            "disk_bytes": dir_bytes(&app.cfg.data_dir.join(crate::node::LOG_DIR)),
-            "snapshot_disk_bytes": dir_bytes(&app.cfg.data_dir.join(crate::node::SNAPSHOT_DIR)),
-            "append_batches": log.append_batches,
-            "entries_appended": log.entries_appended,
-            "fdatasyncs": log.fdatasyncs,
-            "acked_batches": log.acked_batches,
+    let history = app.sm.snapshot_history();
+    let purged = m.purged.map_or(0, |p| p.index);
+    Json(ClusterAnswer {
+        cluster_id,
+        node_id: app.node_id(),
+        leader_id: m.current_leader,
+        state: format!("{:?}", m.state),
+        term: m.current_term,
+        commit_index: m.cluster_committed.map(|l| l.index),
+        applied_index,
+        state_digest,
+        sm_time_ms,
+        phase: app.phase(),
+        members,
+        last_snapshot_index: m.snapshot.map(|l| l.index),
+        snapshots: SnapshotsAnswer {
+            built: history.built,
+            cpu_ms_total: history.cpu_ms_total,
+            last: history.last.map(|l| SnapshotStatsAnswer {
+                index: l.index,
+                records: l.records,
+                bytes: l.bytes,
+                cpu_ms: l.cpu_ms,
+                wall_ms: l.wall_ms,
+            }),
         },
-        "fenced_rejections": app.stats.fenced_rejections.load(Ordering::Relaxed),
-        "request_records": records,
-        "acks_dropped": app.acks.dropped(),
-    }))
+        log: LogAnswer {
+            first_index: purged + 1,
+            last_index: m.last_log_index,
+            entries: m.last_log_index.map_or(0, |l| l.saturating_sub(purged)),
+            disk_bytes: dir_bytes(&app.cfg.data_dir.join(crate::node::LOG_DIR)),
+            snapshot_disk_bytes: dir_bytes(&app.cfg.data_dir.join(crate::node::SNAPSHOT_DIR)),
+            append_batches: log.append_batches,
+            entries_appended: log.entries_appended,
+            fdatasyncs: log.fdatasyncs,
+            acked_batches: log.acked_batches,
+        },
+        fenced_rejections: app.stats.fenced_rejections.load(Ordering::Relaxed),
+        request_records: records,
+        acks_dropped: app.acks.dropped(),
+    })
 }
 
 /// Bytes of the files under `dir`, recursively; 0 if unreadable. sled's and the snapshot dir
@@ -88,26 +107,30 @@ pub fn dir_bytes(dir: &std::path::Path) -> u64 {
         .sum()
 }
 
-pub async fn healthz() -> Json<Value> {
-    Json(json!({"ok": true}))
+/// Liveness: the process answers (no credential needed).
+#[utoipa::path(get, path = "/healthz", tag = "cluster", security(()),
+    responses((status = 200, description = "Alive", body = HealthAnswer)))]
+pub async fn healthz() -> Json<HealthAnswer> {
+    Json(HealthAnswer { ok: true })
 }
 
 /// Ready when this node can serve a linearizable request now (`crate::readiness`); otherwise
 /// 503 with the reason.
-pub async fn readyz(State(app): State<Arc<App>>) -> (StatusCode, Json<Value>) {
+#[utoipa::path(get, path = "/readyz", tag = "cluster", security(()),
+    responses((status = 200, description = "Ready", body = ReadyAnswer),
+        (status = 503, description = "Not ready, with the reason", body = ReadyAnswer)))]
+pub async fn readyz(State(app): State<Arc<App>>) -> (StatusCode, Json<ReadyAnswer>) {
     let result = app.readiness.check(&app).await;
     let status = if result.is_ok() {
         StatusCode::OK
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
-    let mut body = json!({
-        "ready": result.is_ok(),
-        "phase": app.phase(),
-        "leader_id": app.current_leader(),
-    });
-    if let Err(reason) = result {
-        body["reason"] = json!(reason);
-    }
+    let body = ReadyAnswer {
+        ready: result.is_ok(),
+        phase: app.phase(),
+        leader_id: app.current_leader(),
+        reason: result.err(),
+    };
     (status, Json(body))
 }

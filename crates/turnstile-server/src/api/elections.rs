@@ -8,19 +8,22 @@ use std::sync::Arc;
 use axum::extract::State;
 use axum::Json;
 use serde::Deserialize;
-use serde_json::{json, Value};
 use turnstile_core::{limits, Command, Outcome};
+use utoipa::ToSchema;
 
 use crate::api::acquire::{self, WAIT_MS_MAX};
+use crate::api::answers::{CampaignAnswer, RevisionAnswer};
 use crate::api::extract::{Body, Param};
+use crate::api::openapi::ErrorAnswer;
 use crate::api::ops::{unexpected, unexpected_answer};
 use crate::api::validate;
 use crate::app::App;
 use crate::auth::Caller;
+use crate::election_views::ElectionView;
 use crate::error::ApiError;
 use crate::proto::{ReadAnswer, ReadQuery};
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CampaignBody {
     lease_id: u64,
@@ -30,7 +33,7 @@ pub struct CampaignBody {
     request_id: Option<String>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ProclaimBody {
     lease_id: u64,
@@ -39,7 +42,7 @@ pub struct ProclaimBody {
     request_id: Option<String>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ResignBody {
     lease_id: u64,
@@ -62,12 +65,19 @@ fn election_value(value: &str) -> Result<(), ApiError> {
 }
 
 /// Waits up to `wait_ms` to lead; answers once leader, or `409 wait_timeout`.
+#[utoipa::path(post, path = "/v1/elections/{name}/campaign", tag = "elections",
+    params(("name" = String, Path, description = "The election name")),
+    request_body = CampaignBody,
+    responses((status = 200, description = "The caller leads", body = CampaignAnswer),
+        (status = 404, description = "`lease_not_found`", body = ErrorAnswer),
+        (status = 409, description = "`lock_held` (`wait_ms` = 0), `wait_timeout`, `mode_mismatch`, \
+            `deadlock_victim`, `request_id_reused`", body = ErrorAnswer)))]
 pub async fn campaign(
     State(app): State<Arc<App>>,
     caller: Caller,
     Param(name): Param<String>,
     Body(b): Body<CampaignBody>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<CampaignAnswer>, ApiError> {
     election_name(&name)?;
     election_value(&b.value)?;
     validate::positive_id("lease_id", b.lease_id)?;
@@ -90,21 +100,32 @@ pub async fn campaign(
             term,
             lease_id,
             ..
-        } => Ok(Json(json!({
-            "name": name, "lease_id": lease_id, "value": b.value, "token": token,
-            "term": term, "cluster_id": w.cluster_id, "revision": w.revision,
-        }))),
+        } => Ok(Json(CampaignAnswer {
+            name,
+            lease_id,
+            value: b.value,
+            token,
+            term,
+            cluster_id: w.cluster_id,
+            revision: w.revision,
+        })),
         other => Err(unexpected(&other)),
     }
 }
 
 /// The leader `{lease_id, token}` publishes a new value; anyone else gets `409 not_leader`.
+#[utoipa::path(post, path = "/v1/elections/{name}/proclaim", tag = "elections",
+    params(("name" = String, Path, description = "The election name")),
+    request_body = ProclaimBody,
+    responses((status = 200, description = "Published", body = RevisionAnswer),
+        (status = 404, description = "`lease_not_found`", body = ErrorAnswer),
+        (status = 409, description = "`not_leader`, `request_id_reused`", body = ErrorAnswer)))]
 pub async fn proclaim(
     State(app): State<Arc<App>>,
     caller: Caller,
     Param(name): Param<String>,
     Body(b): Body<ProclaimBody>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<RevisionAnswer>, ApiError> {
     election_name(&name)?;
     election_value(&b.value)?;
     validate::positive_id("lease_id", b.lease_id)?;
@@ -117,16 +138,24 @@ pub async fn proclaim(
         value: b.value,
     };
     let w = app.write(&caller, b.request_id, command).await?;
-    Ok(Json(json!({"revision": w.revision})))
+    Ok(Json(RevisionAnswer {
+        revision: w.revision,
+    }))
 }
 
 /// The leader `{lease_id, token}` steps down; the next campaigner leads from this entry.
+#[utoipa::path(post, path = "/v1/elections/{name}/resign", tag = "elections",
+    params(("name" = String, Path, description = "The election name")),
+    request_body = ResignBody,
+    responses((status = 200, description = "Resigned", body = RevisionAnswer),
+        (status = 404, description = "`lease_not_found`", body = ErrorAnswer),
+        (status = 409, description = "`not_leader`, `request_id_reused`", body = ErrorAnswer)))]
 pub async fn resign(
     State(app): State<Arc<App>>,
     caller: Caller,
     Param(name): Param<String>,
     Body(b): Body<ResignBody>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<RevisionAnswer>, ApiError> {
     election_name(&name)?;
     validate::positive_id("lease_id", b.lease_id)?;
     validate::positive_id("token", b.token)?;
@@ -137,18 +166,23 @@ pub async fn resign(
         token: b.token,
     };
     let w = app.write(&caller, b.request_id, command).await?;
-    Ok(Json(json!({"revision": w.revision})))
+    Ok(Json(RevisionAnswer {
+        revision: w.revision,
+    }))
 }
 
 /// A linearizable read: `{name, leader: {lease_id, value, token, since_ms} | null}`.
+#[utoipa::path(get, path = "/v1/elections/{name}", tag = "elections",
+    params(("name" = String, Path, description = "The election name")),
+    responses((status = 200, description = "The election", body = ElectionView)))]
 pub async fn get(
     State(app): State<Arc<App>>,
     caller: Caller,
     Param(name): Param<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<ElectionView>, ApiError> {
     election_name(&name)?;
     match app.read(&caller, ReadQuery::Election { name }).await? {
-        ReadAnswer::Election(view) => Ok(Json(serde_json::to_value(view).unwrap_or_default())),
+        ReadAnswer::Election(view) => Ok(Json(view)),
         other => Err(unexpected_answer(&other)),
     }
 }

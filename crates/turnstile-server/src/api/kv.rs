@@ -5,19 +5,22 @@ use std::sync::Arc;
 use axum::extract::State;
 use axum::Json;
 use serde::Deserialize;
-use serde_json::{json, Value};
 use turnstile_core::{Command, Condition, Fence, Outcome};
+use utoipa::ToSchema;
 
+use crate::api::answers::{KvDeleteAnswer, RevisionAnswer};
 use crate::api::extract::{Body, Param};
+use crate::api::openapi::ErrorAnswer;
 use crate::api::ops::unexpected_answer;
 use crate::api::validate;
 use crate::app::App;
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::proto::{ReadAnswer, ReadQuery};
+use crate::views::KeyView;
 
-/// `if`: exactly one of `absent`, `mod_revision`, `value`.
-#[derive(Deserialize, Default)]
+/// `if`: exactly one of `{absent: true}`, `{mod_revision}`, `{value}`.
+#[derive(Deserialize, Default, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct IfBody {
     absent: Option<bool>,
@@ -25,7 +28,8 @@ pub struct IfBody {
     value: Option<String>,
 }
 
-#[derive(Deserialize)]
+/// `fence`: the write applies only while `token` is the lock's current exclusive grant.
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FenceBody {
     lock: String,
@@ -57,7 +61,7 @@ fn fence(f: Option<FenceBody>) -> Result<Option<Fence>, ApiError> {
     }))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PutBody {
     value: String,
@@ -68,12 +72,20 @@ pub struct PutBody {
     request_id: Option<String>,
 }
 
+/// Writes a key, optionally bound to a lease, conditional (`if`) or fenced (`fence`).
+#[utoipa::path(put, path = "/v1/kv/{key}", tag = "kv",
+    params(("key" = String, Path, description = "The key (may contain `/`)")),
+    request_body = PutBody,
+    responses((status = 200, description = "Written", body = RevisionAnswer),
+        (status = 404, description = "`lease_not_found`", body = ErrorAnswer),
+        (status = 409, description = "`fenced`, `request_id_reused`", body = ErrorAnswer),
+        (status = 412, description = "`compare_failed`", body = ErrorAnswer)))]
 pub async fn put(
     State(app): State<Arc<App>>,
     caller: Caller,
     Param(key): Param<String>,
     Body(b): Body<PutBody>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<RevisionAnswer>, ApiError> {
     validate::key(&key)?;
     validate::value(&b.value)?;
     validate::request_id(b.request_id.as_deref())?;
@@ -88,10 +100,12 @@ pub async fn put(
         fence: fence(b.fence)?,
     };
     let w = app.write(&caller, b.request_id, command).await?;
-    Ok(Json(json!({"revision": w.revision})))
+    Ok(Json(RevisionAnswer {
+        revision: w.revision,
+    }))
 }
 
-#[derive(Deserialize, Default)]
+#[derive(Deserialize, Default, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DeleteBody {
     #[serde(rename = "if")]
@@ -100,12 +114,19 @@ pub struct DeleteBody {
     request_id: Option<String>,
 }
 
+/// Deletes a key, optionally conditional (`if`) or fenced (`fence`).
+#[utoipa::path(delete, path = "/v1/kv/{key}", tag = "kv",
+    params(("key" = String, Path, description = "The key (may contain `/`)")),
+    request_body(content = Option<DeleteBody>, description = "Optional; an empty body is `{}`"),
+    responses((status = 200, description = "Deleted (or there was no such key)", body = KvDeleteAnswer),
+        (status = 409, description = "`fenced`, `request_id_reused`", body = ErrorAnswer),
+        (status = 412, description = "`compare_failed`", body = ErrorAnswer)))]
 pub async fn delete(
     State(app): State<Arc<App>>,
     caller: Caller,
     Param(key): Param<String>,
     Body(b): Body<DeleteBody>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<KvDeleteAnswer>, ApiError> {
     validate::key(&key)?;
     validate::request_id(b.request_id.as_deref())?;
     let command = Command::KvDelete {
@@ -115,20 +136,28 @@ pub async fn delete(
     };
     let w = app.write(&caller, b.request_id, command).await?;
     let deleted = matches!(w.outcome, Outcome::KvDeleted { existed: true, .. });
-    Ok(Json(json!({"revision": w.revision, "deleted": deleted})))
+    Ok(Json(KvDeleteAnswer {
+        revision: w.revision,
+        deleted,
+    }))
 }
 
+/// A linearizable read of one key.
+#[utoipa::path(get, path = "/v1/kv/{key}", tag = "kv",
+    params(("key" = String, Path, description = "The key (may contain `/`)")),
+    responses((status = 200, description = "The key", body = KeyView),
+        (status = 404, description = "`key_not_found`", body = ErrorAnswer)))]
 pub async fn get(
     State(app): State<Arc<App>>,
     caller: Caller,
     Param(key): Param<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<KeyView>, ApiError> {
     validate::key(&key)?;
     match app
         .read(&caller, ReadQuery::Key { key: key.clone() })
         .await?
     {
-        ReadAnswer::Key(Some(view)) => Ok(Json(serde_json::to_value(view).unwrap_or_default())),
+        ReadAnswer::Key(Some(view)) => Ok(Json(view)),
         ReadAnswer::Key(None) => Err(ApiError::KeyNotFound {
             what: format!("key {key:?}"),
         }),

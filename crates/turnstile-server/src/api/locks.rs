@@ -6,26 +6,35 @@ use std::sync::Arc;
 use axum::extract::State;
 use axum::Json;
 use serde::Deserialize;
-use serde_json::{json, Value};
 use turnstile_core::{limits, Command, LockMode, Outcome};
+use utoipa::ToSchema;
 
 use crate::api::acquire::{self, AcquireArgs, WAIT_MS_MAX};
+use crate::api::answers::{AcquireAnswer, AcquireManyAnswer, FenceCheckAnswer, RevisionAnswer};
 use crate::api::extract::{Body, Param};
+use crate::api::openapi::ErrorAnswer;
 use crate::api::ops::{unexpected, unexpected_answer};
 use crate::api::validate;
 use crate::app::App;
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::proto::{ReadAnswer, ReadQuery};
+use crate::views::LockView;
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AcquireBody {
+    /// The caller's lease that will hold the lock.
     lease_id: u64,
+    /// How long to wait in the queue; 0 (the default) answers `409 lock_held` at once.
     #[serde(default)]
     wait_ms: u64,
+    /// Makes a retry return the first outcome (or re-attach to the queued wait).
     request_id: Option<String>,
+    /// `exclusive` (the default) or `shared`.
+    #[schema(pattern = "^(exclusive|shared)$")]
     mode: Option<String>,
+    /// Makes the lock a semaphore of this many permits (fixed by its first acquire).
     permits: Option<u32>,
 }
 
@@ -48,12 +57,20 @@ fn check_wait(wait_ms: u64) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// Acquires a lock (exclusive, shared, or a semaphore permit), waiting up to `wait_ms`.
+#[utoipa::path(post, path = "/v1/locks/{name}/acquire", tag = "locks",
+    params(("name" = String, Path, description = "The lock name")),
+    request_body = AcquireBody,
+    responses((status = 200, description = "Granted", body = AcquireAnswer),
+        (status = 404, description = "`lease_not_found`", body = ErrorAnswer),
+        (status = 409, description = "`lock_held` (`wait_ms` = 0), `wait_timeout`, `mode_mismatch`, \
+            `deadlock_victim`, `request_id_reused`", body = ErrorAnswer)))]
 pub async fn acquire(
     State(app): State<Arc<App>>,
     caller: Caller,
     Param(name): Param<String>,
     Body(b): Body<AcquireBody>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<AcquireAnswer>, ApiError> {
     validate::lock_name(&name)?;
     validate::positive_id("lease_id", b.lease_id)?;
     validate::request_id(b.request_id.as_deref())?;
@@ -80,17 +97,23 @@ pub async fn acquire(
             term,
             lease_id,
             mode,
-        } => Ok(Json(json!({
-            "name": names.first(), "token": token, "term": term, "cluster_id": w.cluster_id,
-            "lease_id": lease_id, "mode": mode.as_str(), "revision": w.revision,
-        }))),
+        } => Ok(Json(AcquireAnswer {
+            name: names.into_iter().next().unwrap_or_default(),
+            token,
+            term,
+            cluster_id: w.cluster_id,
+            lease_id,
+            mode: mode.as_str().into(),
+            revision: w.revision,
+        })),
         other => Err(unexpected(&other)),
     }
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AcquireManyBody {
+    /// The locks to take together, all or none.
     names: Vec<String>,
     lease_id: u64,
     #[serde(default)]
@@ -99,11 +122,17 @@ pub struct AcquireManyBody {
 }
 
 /// Grants every named lock in one entry (all sharing one token), or none.
+#[utoipa::path(post, path = "/v1/locks/acquire-many", tag = "locks",
+    request_body = AcquireManyBody,
+    responses((status = 200, description = "Every lock granted", body = AcquireManyAnswer),
+        (status = 404, description = "`lease_not_found`", body = ErrorAnswer),
+        (status = 409, description = "`lock_held`, `wait_timeout`, `mode_mismatch`, \
+            `deadlock_victim`, `request_id_reused`", body = ErrorAnswer)))]
 pub async fn acquire_many(
     State(app): State<Arc<App>>,
     caller: Caller,
     Body(b): Body<AcquireManyBody>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<AcquireManyAnswer>, ApiError> {
     if b.names.is_empty() || b.names.len() > limits::LOCKS_PER_ACQUIRE_MAX {
         return Err(ApiError::BadRequest(format!(
             "names must list 1..={} locks",
@@ -132,19 +161,19 @@ pub async fn acquire_many(
             term,
             lease_id,
             ..
-        } => {
-            let tokens: serde_json::Map<String, Value> =
-                names.into_iter().map(|n| (n, json!(token))).collect();
-            Ok(Json(json!({
-                "tokens": tokens, "token": token, "term": term, "cluster_id": w.cluster_id,
-                "lease_id": lease_id, "revision": w.revision,
-            })))
-        }
+        } => Ok(Json(AcquireManyAnswer {
+            tokens: names.into_iter().map(|n| (n, token)).collect(),
+            token,
+            term,
+            cluster_id: w.cluster_id,
+            lease_id,
+            revision: w.revision,
+        })),
         other => Err(unexpected(&other)),
     }
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ReleaseBody {
     token: u64,
@@ -152,12 +181,19 @@ pub struct ReleaseBody {
     request_id: Option<String>,
 }
 
+/// Releases the grant `{token, lease_id}`.
+#[utoipa::path(post, path = "/v1/locks/{name}/release", tag = "locks",
+    params(("name" = String, Path, description = "The lock name")),
+    request_body = ReleaseBody,
+    responses((status = 200, description = "Released", body = RevisionAnswer),
+        (status = 404, description = "`lease_not_found`", body = ErrorAnswer),
+        (status = 409, description = "`not_holder`, `request_id_reused`", body = ErrorAnswer)))]
 pub async fn release(
     State(app): State<Arc<App>>,
     caller: Caller,
     Param(name): Param<String>,
     Body(b): Body<ReleaseBody>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<RevisionAnswer>, ApiError> {
     validate::lock_name(&name)?;
     validate::positive_id("lease_id", b.lease_id)?;
     validate::positive_id("token", b.token)?;
@@ -173,22 +209,28 @@ pub async fn release(
             },
         )
         .await?;
-    Ok(Json(json!({"revision": w.revision})))
+    Ok(Json(RevisionAnswer {
+        revision: w.revision,
+    }))
 }
 
+/// A linearizable read of a lock's holders and waiters (empty if idle).
+#[utoipa::path(get, path = "/v1/locks/{name}", tag = "locks",
+    params(("name" = String, Path, description = "The lock name")),
+    responses((status = 200, description = "The lock", body = LockView)))]
 pub async fn get(
     State(app): State<Arc<App>>,
     caller: Caller,
     Param(name): Param<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<LockView>, ApiError> {
     validate::lock_name(&name)?;
     match app.read(&caller, ReadQuery::Lock { name }).await? {
-        ReadAnswer::Lock(view) => Ok(Json(serde_json::to_value(view).unwrap_or_default())),
+        ReadAnswer::Lock(view) => Ok(Json(view)),
         other => Err(unexpected_answer(&other)),
     }
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FenceCheckBody {
     name: String,
@@ -198,11 +240,14 @@ pub struct FenceCheckBody {
 
 /// A diagnostic only: check-then-act has exactly the gap fencing closes. Real fencing is a
 /// fenced write here, or a resource that enforces tokens itself.
+#[utoipa::path(post, path = "/v1/fence/check", tag = "locks",
+    request_body = FenceCheckBody,
+    responses((status = 200, description = "Whether the token is current", body = FenceCheckAnswer)))]
 pub async fn fence_check(
     State(app): State<Arc<App>>,
     caller: Caller,
     Body(b): Body<FenceCheckBody>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<FenceCheckAnswer>, ApiError> {
     validate::lock_name(&b.name)?;
     match app
         .read(
@@ -216,9 +261,10 @@ pub async fn fence_check(
     {
         ReadAnswer::Fence(view) => {
             let same_cluster = view.cluster_id.as_deref() == Some(b.cluster_id.as_str());
-            Ok(Json(
-                json!({"current": view.current && same_cluster, "current_token": view.current_token}),
-            ))
+            Ok(Json(FenceCheckAnswer {
+                current: view.current && same_cluster,
+                current_token: view.current_token,
+            }))
         }
         other => Err(unexpected_answer(&other)),
     }

@@ -1,6 +1,8 @@
 //! The client HTTP API (`/v1/...`, `/healthz`, `/readyz`). Handlers are thin: parse and
 //! validate ([`extract`], [`validate`]), route to the leader (`App::write` / `App::read`), and
-//! shape the JSON answer. Errors go through `crate::error::ApiError` only.
+//! answer a typed value ([`answers`]). Errors go through `crate::error::ApiError` only. The
+//! route tables ([`member_routes`], [`node_routes`], [`open_routes`]) are data, so the tests
+//! can check them against the OpenAPI document ([`openapi`]).
 //!
 //! The test hooks ([`debug`], `/debug/*`) are compiled only with the `test-hooks` feature and
 //! mounted only on a node whose test hooks are on; otherwise such a path is an unknown route,
@@ -9,9 +11,12 @@
 use std::sync::Arc;
 
 use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::handler::Handler;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+#[cfg(feature = "test-hooks")]
+use axum::routing::post;
+use axum::routing::{on, MethodFilter, MethodRouter};
 use axum::Router;
 
 use crate::app::App;
@@ -19,6 +24,7 @@ use crate::error::ApiError;
 
 pub mod acquire;
 pub mod admin;
+pub mod answers;
 pub mod auth;
 pub mod cluster;
 pub mod counters;
@@ -30,6 +36,7 @@ pub mod kv;
 pub mod leases;
 pub mod locks;
 pub mod members;
+pub mod openapi;
 pub mod ops;
 pub mod ranges;
 pub mod txn;
@@ -40,77 +47,151 @@ pub mod watch;
 /// JSON-escaped) and far below sled's blob threshold for the resulting log entry.
 pub const BODY_BYTES_MAX: usize = 256 * 1024;
 
+/// An HTTP method a route answers, with its name in the OpenAPI document.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verb {
+    Get,
+    Put,
+    Post,
+    Delete,
+}
+
+impl Verb {
+    fn filter(self) -> MethodFilter {
+        match self {
+            Verb::Get => MethodFilter::GET,
+            Verb::Put => MethodFilter::PUT,
+            Verb::Post => MethodFilter::POST,
+            Verb::Delete => MethodFilter::DELETE,
+        }
+    }
+
+    /// The method as the OpenAPI document names it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Verb::Get => "get",
+            Verb::Put => "put",
+            Verb::Post => "post",
+            Verb::Delete => "delete",
+        }
+    }
+}
+
+/// One route: a method on a path (in axum's syntax), and its handler.
+pub struct Route {
+    pub verb: Verb,
+    pub path: &'static str,
+    handler: MethodRouter<Arc<App>>,
+}
+
+fn route<H, T>(verb: Verb, path: &'static str, handler: H) -> Route
+where
+    H: Handler<T, Arc<App>>,
+    T: 'static,
+{
+    Route {
+        verb,
+        path,
+        handler: on(verb.filter(), handler),
+    }
+}
+
+fn mount(router: Router<Arc<App>>, routes: Vec<Route>) -> Router<Arc<App>> {
+    routes
+        .into_iter()
+        .fold(router, |r, route| r.route(route.path, route.handler))
+}
+
+/// The data routes (`/v1/...` less the node's own): served only by a member of the cluster,
+/// with a credential when authentication is on.
+pub fn member_routes() -> Vec<Route> {
+    use Verb::*;
+    vec![
+        route(Post, "/v1/leases", leases::grant),
+        route(Get, "/v1/leases", ranges::leases),
+        route(Get, "/v1/leases/{id}", leases::get),
+        route(Delete, "/v1/leases/{id}", leases::revoke),
+        route(Post, "/v1/leases/{id}/keepalive", leases::keepalive),
+        route(Get, "/v1/locks", ranges::locks),
+        route(Post, "/v1/locks/acquire-many", locks::acquire_many),
+        route(Get, "/v1/locks/{name}", locks::get),
+        route(Post, "/v1/locks/{name}/acquire", locks::acquire),
+        route(Post, "/v1/locks/{name}/release", locks::release),
+        route(Post, "/v1/fence/check", locks::fence_check),
+        route(Get, "/v1/kv", ranges::keys),
+        route(Get, "/v1/kv/{*key}", kv::get),
+        route(Put, "/v1/kv/{*key}", kv::put),
+        route(Delete, "/v1/kv/{*key}", kv::delete),
+        route(Post, "/v1/txn", txn::txn),
+        route(Get, "/v1/counters/{name}", counters::get),
+        route(Post, "/v1/counters/{name}/incr", counters::incr),
+        route(Get, "/v1/elections/{name}", elections::get),
+        route(Post, "/v1/elections/{name}/campaign", elections::campaign),
+        route(Post, "/v1/elections/{name}/proclaim", elections::proclaim),
+        route(Post, "/v1/elections/{name}/resign", elections::resign),
+        route(Get, "/v1/watch", watch::watch),
+        route(Get, "/v1/auth/roles", auth::list_roles),
+        route(Put, "/v1/auth/roles/{role}", auth::put_role),
+        route(Delete, "/v1/auth/roles/{role}", auth::delete_role),
+        route(Get, "/v1/auth/users", auth::list_users),
+        route(Put, "/v1/auth/users/{user}", auth::put_user),
+        route(Delete, "/v1/auth/users/{user}", auth::delete_user),
+        route(Post, "/v1/auth/tokens", auth::create_token),
+        route(Delete, "/v1/auth/tokens/{token_id}", auth::delete_token),
+        route(Get, "/v1/auth/whoami", auth::whoami),
+    ]
+}
+
+/// The node's own routes: its view, membership and operator calls. Served in any phase
+/// (an awaiting node must still be re-added), with a credential when authentication is on.
+pub fn node_routes() -> Vec<Route> {
+    use Verb::*;
+    vec![
+        route(Get, "/v1/cluster", cluster::cluster),
+        route(Get, "/v1/members", members::list),
+        route(Post, "/v1/members", members::add),
+        route(Delete, "/v1/members/{id}", members::remove),
+        route(Post, "/v1/members/{id}/promote", members::promote),
+        route(Post, "/v1/admin/snapshot", admin::snapshot),
+        route(Get, "/v1/admin/backup", admin::backup),
+    ]
+}
+
+/// Routes anyone may call, without a credential: health, readiness and the API document.
+pub fn open_routes() -> Vec<Route> {
+    use Verb::*;
+    vec![
+        route(Get, "/healthz", cluster::healthz),
+        route(Get, "/readyz", cluster::readyz),
+        route(Get, "/v1/openapi.json", openapi::openapi_json),
+    ]
+}
+
 /// The client API router.
 pub fn router(app: Arc<App>) -> Router {
-    let v1 = Router::new()
-        .route("/v1/leases", post(leases::grant).get(ranges::leases))
-        .route("/v1/locks", get(ranges::locks))
-        .route("/v1/kv", get(ranges::keys))
-        .route("/v1/txn", post(txn::txn))
-        .route("/v1/leases/{id}", get(leases::get).delete(leases::revoke))
-        .route("/v1/leases/{id}/keepalive", post(leases::keepalive))
-        .route("/v1/locks/acquire-many", post(locks::acquire_many))
-        .route("/v1/locks/{name}", get(locks::get))
-        .route("/v1/locks/{name}/acquire", post(locks::acquire))
-        .route("/v1/locks/{name}/release", post(locks::release))
-        .route("/v1/fence/check", post(locks::fence_check))
-        .route(
-            "/v1/kv/{*key}",
-            get(kv::get).put(kv::put).delete(kv::delete),
-        )
-        .route("/v1/counters/{name}", get(counters::get))
-        .route("/v1/counters/{name}/incr", post(counters::incr))
-        .route("/v1/elections/{name}", get(elections::get))
-        .route("/v1/elections/{name}/campaign", post(elections::campaign))
-        .route("/v1/elections/{name}/proclaim", post(elections::proclaim))
-        .route("/v1/elections/{name}/resign", post(elections::resign))
-        .route("/v1/watch", get(watch::watch))
-        .route("/v1/auth/roles", get(auth::list_roles))
-        .route(
-            "/v1/auth/roles/{role}",
-            axum::routing::put(auth::put_role).delete(auth::delete_role),
-        )
-        .route("/v1/auth/users", get(auth::list_users))
-        .route(
-            "/v1/auth/users/{user}",
-            axum::routing::put(auth::put_user).delete(auth::delete_user),
-        )
-        .route("/v1/auth/tokens", post(auth::create_token))
-        .route(
-            "/v1/auth/tokens/{token_id}",
-            axum::routing::delete(auth::delete_token),
-        )
-        .route("/v1/auth/whoami", get(auth::whoami))
+    let v1 = mount(Router::new(), member_routes())
         .layer(middleware::from_fn_with_state(
             app.clone(),
             crate::acks::gather,
         ))
         .layer(middleware::from_fn_with_state(app.clone(), serving_gate));
     // Every route here needs a credential when authentication is on (`crate::auth`); the
-    // health checks and unknown paths do not.
-    let authenticated = Router::new()
-        .merge(v1)
-        .route("/v1/cluster", get(cluster::cluster))
-        .route("/v1/members", get(members::list).post(members::add))
-        .route("/v1/members/{id}", axum::routing::delete(members::remove))
-        .route("/v1/members/{id}/promote", post(members::promote))
-        .route("/v1/admin/snapshot", post(admin::snapshot))
-        .route("/v1/admin/backup", get(admin::backup))
+    // open routes and unknown paths do not.
+    let authenticated = mount(Router::new().merge(v1), node_routes())
         .layer(middleware::from_fn(refuse_query))
         // Outermost: who is calling is settled before anything about the request is judged.
         .layer(middleware::from_fn_with_state(
             app.clone(),
             crate::auth::layer,
         ));
-    Router::new()
-        .merge(authenticated)
-        .merge(test_hooks(&app))
-        .route("/healthz", get(cluster::healthz))
-        .route("/readyz", get(cluster::readyz))
-        .fallback(not_found)
-        .method_not_allowed_fallback(method_not_allowed)
-        .layer(DefaultBodyLimit::max(BODY_BYTES_MAX))
-        .with_state(app)
+    mount(
+        Router::new().merge(authenticated).merge(test_hooks(&app)),
+        open_routes(),
+    )
+    .fallback(not_found)
+    .method_not_allowed_fallback(method_not_allowed)
+    .layer(DefaultBodyLimit::max(BODY_BYTES_MAX))
+    .with_state(app)
 }
 
 /// The `/debug/*` routes, on a node whose test hooks are on; none otherwise.

@@ -8,11 +8,13 @@ use std::sync::Arc;
 use axum::extract::State;
 use axum::Json;
 use serde::Deserialize;
-use serde_json::{json, Value};
 use turnstile_core::txn::{self, Compare, TxnOp, TxnResult};
 use turnstile_core::{ApplyError, Command, Fence, Outcome};
+use utoipa::ToSchema;
 
+use crate::api::answers::{TxnAnswer, TxnIncremented, TxnResultAnswer, TxnWritten};
 use crate::api::extract::Body;
+use crate::api::openapi::ErrorAnswer;
 use crate::api::ops::unexpected;
 use crate::api::validate;
 use crate::app::App;
@@ -20,7 +22,7 @@ use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::views::KeyView;
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TxnBody {
     #[serde(default)]
@@ -33,7 +35,7 @@ pub struct TxnBody {
 }
 
 /// `{key, absent: true} | {key, mod_revision} | {key, version} | {key, value} | {fence}`.
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CompareBody {
     key: Option<String>,
@@ -44,15 +46,16 @@ pub struct CompareBody {
     fence: Option<FenceBody>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(as = TxnFenceBody)]
 pub struct FenceBody {
     lock: String,
     token: u64,
 }
 
 /// `{put: {key, value, lease_id?}} | {delete: {key}} | {get: {key}} | {incr: {counter, by}}`.
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum OpBody {
     Put {
@@ -172,13 +175,13 @@ fn command(b: TxnBody) -> Result<Command, ApiError> {
     })
 }
 
-fn result_json(r: TxnResult) -> Value {
+fn result_answer(r: TxnResult) -> TxnResultAnswer {
     match r {
         TxnResult::Put { revision, existed } => {
-            json!({"put": {"revision": revision, "existed": existed}})
+            TxnResultAnswer::Put(TxnWritten { revision, existed })
         }
         TxnResult::Delete { revision, existed } => {
-            json!({"delete": {"revision": revision, "existed": existed}})
+            TxnResultAnswer::Delete(TxnWritten { revision, existed })
         }
         TxnResult::Get { key, record } => {
             let view = record.map(|k| KeyView {
@@ -189,32 +192,34 @@ fn result_json(r: TxnResult) -> Value {
                 version: k.version,
                 lease_id: k.lease_id,
             });
-            json!({ "get": view })
+            TxnResultAnswer::Get(view)
         }
         TxnResult::Incr { counter, value } => {
-            json!({"incr": {"counter": counter, "value": value}})
+            TxnResultAnswer::Incr(TxnIncremented { counter, value })
         }
     }
 }
 
+/// Judges every compare together, then applies one branch, in one log entry.
+#[utoipa::path(post, path = "/v1/txn", tag = "kv", request_body = TxnBody,
+    responses((status = 200, description = "The branch that applied and its results", body = TxnAnswer),
+        (status = 404, description = "`lease_not_found` (a put's lease)", body = ErrorAnswer),
+        (status = 409, description = "`counter_overflow`, `request_id_reused`", body = ErrorAnswer)))]
 pub async fn txn(
     State(app): State<Arc<App>>,
     caller: Caller,
     Body(b): Body<TxnBody>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<TxnAnswer>, ApiError> {
     validate::request_id(b.request_id.as_deref())?;
     let request_id = b.request_id.clone();
     let command = command(b)?;
     let w = app.write(&caller, request_id, command).await?;
     match w.outcome {
-        Outcome::Txn { succeeded, results } => {
-            let results: Vec<Value> = results.into_iter().map(result_json).collect();
-            Ok(Json(json!({
-                "succeeded": succeeded,
-                "results": results,
-                "revision": w.revision,
-            })))
-        }
+        Outcome::Txn { succeeded, results } => Ok(Json(TxnAnswer {
+            succeeded,
+            results: results.into_iter().map(result_answer).collect(),
+            revision: w.revision,
+        })),
         other => Err(unexpected(&other)),
     }
 }

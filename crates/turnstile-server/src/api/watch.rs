@@ -16,11 +16,12 @@ use axum::http::HeaderMap;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use futures::stream::{self, Stream};
 use openraft::async_runtime::WatchReceiver;
-use serde::Deserialize;
-use serde_json::{json, Value};
+use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 use turnstile_core::{Event, State as SmState};
+use utoipa::{IntoParams, ToSchema};
 
+use crate::api::openapi::ErrorAnswer;
 use crate::api::validate;
 use crate::app::App;
 use crate::auth::{Caller, NodeQuota, NodeUsage, QuotaSlot};
@@ -33,11 +34,16 @@ const EVENTS_PER_BATCH_MAX: usize = 256;
 
 static WATCHERS: AtomicUsize = AtomicUsize::new(0);
 
-#[derive(Deserialize)]
+/// `?key=` or `?prefix=` (not both; neither: every event), and `from_revision=`.
+#[derive(Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct WatchQuery {
+    /// Only events of this key or lock name.
     key: Option<String>,
+    /// Only events of keys and lock names starting with this.
     prefix: Option<String>,
+    /// Start at the first event of this revision; 0 or absent: from now.
     from_revision: Option<u64>,
 }
 
@@ -58,54 +64,141 @@ impl Filter {
     }
 }
 
-/// The JSON body of one event.
-pub fn event_json(revision: u64, seq: u32, e: &Event) -> Value {
-    let mut v = json!({"revision": revision, "seq": seq, "kind": e.kind()});
-    let extra = match e {
+/// The JSON `data` of one watch event; its SSE `event` name is `kind`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct WatchEvent {
+    pub revision: u64,
+    /// Its place within the revision.
+    pub seq: u32,
+    #[serde(flatten)]
+    pub body: EventBody,
+}
+
+/// What happened, by `kind`. A `lease_id` or `token` of another principal's lease is null.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum EventBody {
+    Put {
+        key: String,
+        value: String,
+        lease_id: Option<u64>,
+    },
+    Delete {
+        key: String,
+    },
+    LockGranted {
+        lock: String,
+        lease_id: Option<u64>,
+        token: Option<u64>,
+        mode: String,
+    },
+    LockReleased {
+        lock: String,
+        lease_id: Option<u64>,
+        token: Option<u64>,
+        cause: String,
+    },
+    LeaseExpired {
+        lease_id: u64,
+    },
+    ElectionLeader {
+        election: String,
+        lease_id: Option<u64>,
+        token: Option<u64>,
+        value: String,
+    },
+    ElectionResigned {
+        election: String,
+        lease_id: Option<u64>,
+        token: Option<u64>,
+        cause: String,
+    },
+}
+
+/// The `data` of the `compacted` event that ends a stream starting before the history.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct CompactedEvent {
+    pub oldest_revision: u64,
+}
+
+/// One server-sent event as the stream frames it: `event` is the `kind` of the
+/// [`WatchEvent`] JSON in `data` (or `compacted`, with a [`CompactedEvent`]), and `id`,
+/// absent on `compacted`, is `<revision>.<seq>` (what `Last-Event-ID` resumes after).
+#[derive(Debug, ToSchema)]
+#[allow(dead_code)] // Documents the framing axum writes; never built.
+pub struct SseFrame {
+    event: String,
+    /// A `WatchEvent` (or `CompactedEvent`) as JSON.
+    #[schema(content_media_type = "application/json")]
+    data: String,
+    #[schema(pattern = "^[0-9]+\\.[0-9]+$")]
+    id: Option<String>,
+}
+
+/// The typed body of one event.
+pub fn watch_event(revision: u64, seq: u32, e: &Event) -> WatchEvent {
+    let body = match e.clone() {
         Event::Put {
             key,
             value,
             lease_id,
-        } => json!({"key": key, "value": value, "lease_id": lease_id}),
-        Event::Delete { key } => json!({"key": key}),
+        } => EventBody::Put {
+            key,
+            value,
+            lease_id,
+        },
+        Event::Delete { key } => EventBody::Delete { key },
         Event::LockGranted {
             name,
             lease_id,
             token,
             mode,
-        } => {
-            json!({"lock": name, "lease_id": shown(*lease_id), "token": shown(*token), "mode": mode.as_str()})
-        }
+        } => EventBody::LockGranted {
+            lock: name,
+            lease_id: shown(lease_id),
+            token: shown(token),
+            mode: mode.as_str().into(),
+        },
         Event::LockReleased {
             name,
             lease_id,
             token,
             cause,
-        } => {
-            json!({"lock": name, "lease_id": shown(*lease_id), "token": shown(*token), "cause": cause.as_str()})
-        }
-        Event::LeaseExpired { lease_id } => json!({"lease_id": lease_id}),
+        } => EventBody::LockReleased {
+            lock: name,
+            lease_id: shown(lease_id),
+            token: shown(token),
+            cause: cause.as_str().into(),
+        },
+        Event::LeaseExpired { lease_id } => EventBody::LeaseExpired { lease_id },
         Event::ElectionLeader {
             name,
             lease_id,
             token,
             value,
-        } => {
-            json!({"election": name, "lease_id": shown(*lease_id), "token": shown(*token), "value": value})
-        }
+        } => EventBody::ElectionLeader {
+            election: name,
+            lease_id: shown(lease_id),
+            token: shown(token),
+            value,
+        },
         Event::ElectionResigned {
             name,
             lease_id,
             token,
             cause,
-        } => {
-            json!({"election": name, "lease_id": shown(*lease_id), "token": shown(*token), "cause": cause.as_str()})
-        }
+        } => EventBody::ElectionResigned {
+            election: name,
+            lease_id: shown(lease_id),
+            token: shown(token),
+            cause: cause.as_str().into(),
+        },
     };
-    if let (Some(obj), Value::Object(more)) = (v.as_object_mut(), extra) {
-        obj.extend(more);
+    WatchEvent {
+        revision,
+        seq,
+        body,
     }
-    v
 }
 
 /// A lease id or token as JSON: 0 is what an event shows in place of another tenant's
@@ -158,9 +251,9 @@ impl Stream_ {
         let events = match state.events_after(self.after) {
             Ok(events) => events,
             Err(oldest_revision) => {
-                let data = json!({"oldest_revision": oldest_revision}).to_string();
-                self.pending
-                    .push_back(SseEvent::default().event("compacted").data(data));
+                let data = CompactedEvent { oldest_revision };
+                let sse = SseEvent::default().event("compacted").json_data(data);
+                self.pending.push_back(sse.unwrap_or_default());
                 self.done = true;
                 return false;
             }
@@ -178,12 +271,12 @@ impl Stream_ {
             };
             if let Some(e) = seen_as {
                 let e = &e;
-                let data = event_json(revision, seq, e).to_string();
                 let sse = SseEvent::default()
                     .id(format!("{revision}.{seq}"))
                     .event(e.kind())
-                    .data(data);
-                self.pending.push_back(sse);
+                    .json_data(watch_event(revision, seq, e));
+                // Serializing plain strings and numbers cannot fail.
+                self.pending.push_back(sse.unwrap_or_default());
             }
         }
         seen == EVENTS_PER_BATCH_MAX
@@ -226,6 +319,11 @@ async fn leaderless_for(app: &App, span: Duration) {
     }
 }
 
+/// Server-sent events of keys, locks, leases and elections, from the replicated history.
+#[utoipa::path(get, path = "/v1/watch", tag = "watch", params(WatchQuery,
+        ("Last-Event-ID" = Option<String>, Header, description = "Resume strictly after this `<revision>.<seq>`")),
+    responses((status = 200, description = "The event stream; `compacted` ends it", content_type = "text/event-stream", body = SseFrame),
+        (status = 429, description = "`limit_reached` (watch streams per node), `quota_exceeded`", body = ErrorAnswer)))]
 pub async fn watch(
     State(app): State<Arc<App>>,
     caller: Caller,
