@@ -20,6 +20,7 @@ use turnstile_server::config::{format_initial_cluster, InitialClusterState, Serv
 use turnstile_server::node::{self, RunningNode};
 use turnstile_server::tls::certs::{self, CertOptions, CertPaths};
 
+pub mod cdp;
 pub mod load;
 pub mod raw_http;
 

@@ -166,6 +166,7 @@ fn answer(state: &turnstile_core::State, query: &ReadQuery, now_ms: u64) -> Read
         ReadQuery::Election { name } => ReadAnswer::Election(ElectionView::of(state, name)),
         ReadQuery::Keys(r) => ReadAnswer::Keys(ranges::keys(state, r)),
         ReadQuery::Locks(r) => ReadAnswer::Locks(ranges::locks(state, r)),
+        ReadQuery::Elections(r) => ReadAnswer::Elections(ranges::elections(state, r)),
         ReadQuery::Leases(r) => ReadAnswer::Leases(ranges::leases(state, None, r, now_ms)),
         ReadQuery::Whoami | ReadQuery::As { .. } => ReadAnswer::Denied {
             reason: "no principal".into(),
@@ -185,7 +186,7 @@ fn judge_read(
     let need = match query {
         ReadQuery::Lease { .. } | ReadQuery::Leases(_) | ReadQuery::Whoami => return Ok(()),
         ReadQuery::Keys(r) => (Kind::Key, &r.prefix),
-        ReadQuery::Locks(r) => (Kind::Lock, &r.prefix),
+        ReadQuery::Locks(r) | ReadQuery::Elections(r) => (Kind::Lock, &r.prefix),
         ReadQuery::Auth if principal == turnstile_core::auth::ROOT => return Ok(()),
         ReadQuery::Auth => return Err(format!("{principal} is not root: auth is for root only")),
         ReadQuery::Lock { name } | ReadQuery::Fence { name, .. } | ReadQuery::Election { name } => {
@@ -223,6 +224,14 @@ fn redact(
                 .map(|v| v.redacted(state, principal))
                 .collect();
             ReadAnswer::Locks(page)
+        }
+        ReadAnswer::Elections(mut page) => {
+            page.items = page
+                .items
+                .into_iter()
+                .map(|v| v.redacted(state, principal))
+                .collect();
+            ReadAnswer::Elections(page)
         }
         ReadAnswer::Keys(mut page) => {
             for v in &mut page.items {

@@ -87,6 +87,8 @@ pub enum ReadQuery {
     Locks(Range<String>),
     /// A page of leases: the principal's own inside `As` (root: all), else all.
     Leases(Range<u64>),
+    /// A page of elections (names with a candidate).
+    Elections(Range<String>),
 }
 
 /// The answer to a [`ReadQuery`]; `None` where the record does not exist.
@@ -107,6 +109,7 @@ pub enum ReadAnswer {
     Keys(Page<KeyView>),
     Locks(Page<LockView>),
     Leases(Page<LeaseItem>),
+    Elections(Page<crate::election_views::ElectionView>),
 }
 
 /// Membership operations executed by the leader.

@@ -1,4 +1,4 @@
-//! Range reads (`GET /v1/kv`, `GET /v1/locks`, `GET /v1/leases`): one page, cut from one state
+//! Range reads (`GET /v1/kv`, `GET /v1/locks`, `GET /v1/elections`, `GET /v1/leases`): one page, cut from one state
 //! at one applied index (the page's `revision`), after the leader's ReadIndex round like every
 //! other read (`leader_ops.rs`).
 //!
@@ -17,6 +17,7 @@ use std::ops::Bound;
 use serde::{Deserialize, Serialize};
 use turnstile_core::State;
 
+use crate::election_views::ElectionView;
 use crate::views::{KeyView, LockView};
 
 /// Items per page when the request names no `limit`.
@@ -134,6 +135,32 @@ pub fn locks(state: &State, r: &Range<String>) -> Page<LockView> {
     fill(iter, r.limit, size, state.applied_index)
 }
 
+/// A page of elections under `r.prefix`: the names with at least one candidate (leading or
+/// queued), each with its leader. One ordered lookup per name, however many candidates it has.
+pub fn elections(state: &State, r: &Range<String>) -> Page<ElectionView> {
+    let prefix = r.prefix.as_str();
+    // The campaign map is keyed by (name, lease id): the next name starts after (name, MAX).
+    let mut lower = match start(prefix, r.after.as_deref()) {
+        Bound::Excluded(after) => Bound::Excluded((after.to_string(), u64::MAX)),
+        _ => Bound::Included((prefix.to_string(), 0)),
+    };
+    let iter = std::iter::from_fn(move || {
+        let ((name, _), _) = state
+            .campaigns
+            .range((lower.clone(), Bound::Unbounded))
+            .next()?;
+        if !name.starts_with(prefix) {
+            return None;
+        }
+        lower = Bound::Excluded((name.clone(), u64::MAX));
+        Some(ElectionView::of(state, name))
+    });
+    let size = |v: &ElectionView| {
+        v.name.len() + ITEM_OVERHEAD_BYTES + v.leader.as_ref().map_or(0, |l| l.value.len())
+    };
+    fill(iter, r.limit, size, state.applied_index)
+}
+
 /// A page of leases: every lease (`owner: None`), or those `owner` granted.
 pub fn leases(state: &State, owner: Option<&str>, r: &Range<u64>, now_ms: u64) -> Page<LeaseItem> {
     let from = r.after.map_or(Bound::Unbounded, Bound::Excluded);
@@ -238,6 +265,53 @@ mod tests {
             let got: Vec<&str> = page.items.iter().map(|k| k.key.as_str()).collect();
             assert_eq!((got, page.more), (want, more), "{what}");
             assert_eq!(page.revision, 5, "{what}");
+        }
+    }
+
+    #[test]
+    fn pages_of_elections_one_item_per_name() {
+        let mut state = State::default();
+        // Three candidates of "b/1", one each of the others; names in campaign-map order.
+        for (name, lease) in [
+            ("a", 1),
+            ("b/1", 9),
+            ("b/1", 2),
+            ("b/1", 5),
+            ("b/2", 3),
+            ("c", 4),
+        ] {
+            let value = turnstile_core::elections::Campaign {
+                value: format!("{name}@{lease}"),
+            };
+            state.campaigns.insert((name.to_string(), lease), value);
+        }
+        let cases: Vec<(&str, Range<String>, Vec<&str>, bool)> = vec![
+            (
+                "all",
+                range("", None, 10),
+                vec!["a", "b/1", "b/2", "c"],
+                false,
+            ),
+            ("prefix", range("b/", None, 10), vec!["b/1", "b/2"], false),
+            ("limit cuts", range("b/", None, 1), vec!["b/1"], true),
+            (
+                "after skips every candidate of it",
+                range("b/", Some("b/1"), 10),
+                vec!["b/2"],
+                false,
+            ),
+            (
+                "after before the prefix",
+                range("b/", Some("a"), 10),
+                vec!["b/1", "b/2"],
+                false,
+            ),
+            ("no match", range("z", None, 10), vec![], false),
+        ];
+        for (what, r, want, more) in cases {
+            let page = elections(&state, &r);
+            let got: Vec<&str> = page.items.iter().map(|e| e.name.as_str()).collect();
+            assert_eq!((got, page.more), (want, more), "{what}");
         }
     }
 

@@ -5,6 +5,7 @@ mod auth;
 mod backup_restore;
 mod bad_input;
 mod container_image;
+mod dashboard;
 mod elections;
 mod failover;
 mod hostile_peers;

@@ -199,6 +199,9 @@ pub struct MemberItem {
     /// Acknowledged the leader within a few heartbeats; known only on the leader (null
     /// elsewhere).
     pub reachable: Option<bool>,
+    /// The highest log index known to be on that member (its replication lag is the leader's
+    /// last index less this); known only on the leader (null elsewhere).
+    pub matched_index: Option<u64>,
 }
 
 /// `GET /v1/members` and the answer of every membership change: the membership after it.

@@ -26,6 +26,12 @@ pub fn members(app: &App, m: &RaftMetrics) -> Vec<MemberItem> {
     let membership = m.membership_config.membership();
     let voters: std::collections::BTreeSet<u64> = membership.voter_ids().collect();
     let reachable = app.reachable_nodes();
+    // The leader's own log is on it by definition; the rest comes from its replication view.
+    let matched = |id: u64| match &m.replication {
+        Some(_) if id == app.node_id() => m.last_log_index,
+        Some(r) => r.get(&id).and_then(|l| l.as_ref()).map(|l| l.index),
+        None => None,
+    };
     membership
         .nodes()
         .map(|(id, node)| MemberItem {
@@ -33,6 +39,7 @@ pub fn members(app: &App, m: &RaftMetrics) -> Vec<MemberItem> {
             addr: node.addr.clone(),
             voter: voters.contains(id),
             reachable: reachable.as_ref().map(|r| r.contains(id)),
+            matched_index: matched(*id),
         })
         .collect()
 }

@@ -40,6 +40,7 @@ pub mod openapi;
 pub mod ops;
 pub mod ranges;
 pub mod txn;
+pub mod ui;
 pub mod validate;
 pub mod watch;
 
@@ -125,6 +126,7 @@ pub fn member_routes() -> Vec<Route> {
         route(Post, "/v1/txn", txn::txn),
         route(Get, "/v1/counters/{name}", counters::get),
         route(Post, "/v1/counters/{name}/incr", counters::incr),
+        route(Get, "/v1/elections", ranges::elections),
         route(Get, "/v1/elections/{name}", elections::get),
         route(Post, "/v1/elections/{name}/campaign", elections::campaign),
         route(Post, "/v1/elections/{name}/proclaim", elections::proclaim),
@@ -157,13 +159,17 @@ pub fn node_routes() -> Vec<Route> {
     ]
 }
 
-/// Routes anyone may call, without a credential: health, readiness and the API document.
+/// Routes anyone may call, without a credential: health, readiness, the API document and the
+/// dashboard's files (which hold no data).
 pub fn open_routes() -> Vec<Route> {
     use Verb::*;
     vec![
         route(Get, "/healthz", cluster::healthz),
         route(Get, "/readyz", cluster::readyz),
         route(Get, "/v1/openapi.json", openapi::openapi_json),
+        route(Get, "/ui", ui::index),
+        route(Get, "/ui/app.js", ui::script),
+        route(Get, "/ui/app.css", ui::stylesheet),
     ]
 }
 
@@ -225,10 +231,11 @@ async fn serving_gate(State(app): State<Arc<App>>, req: Request, next: Next) -> 
 
 /// The routes that take query parameters, by method and path; each checks its own
 /// (`watch::WatchQuery`, `ranges::NamesQuery`, `ranges::LeasesQuery`).
-const QUERY_ROUTES: [(&str, &str); 4] = [
+pub(crate) const QUERY_ROUTES: [(&str, &str); 5] = [
     ("GET", "/v1/watch"),
     ("GET", "/v1/kv"),
     ("GET", "/v1/locks"),
+    ("GET", "/v1/elections"),
     ("GET", "/v1/leases"),
 ];
 /// Parameter names quoted in the refusal, and the bytes of each.

@@ -1,4 +1,4 @@
-//! `GET /v1/kv`, `GET /v1/locks`, `GET /v1/leases`: paged, linearizable range reads
+//! `GET /v1/kv`, `GET /v1/locks`, `GET /v1/elections`, `GET /v1/leases`: paged, linearizable range reads
 //! (`crate::ranges`). Each takes exactly its own query parameters; an unknown one, a bad
 //! `limit` or a prefix no name could have is `400 bad_request`.
 
@@ -15,12 +15,13 @@ use crate::api::ops::unexpected_answer;
 use crate::api::validate;
 use crate::app::App;
 use crate::auth::Caller;
+use crate::election_views::ElectionView;
 use crate::error::ApiError;
 use crate::proto::{ReadAnswer, ReadQuery};
 use crate::ranges::{LeaseItem, Page, Range, LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX};
 use crate::views::{KeyView, LockView};
 
-/// `?prefix=&after=&limit=` of `GET /v1/kv` and `GET /v1/locks`.
+/// `?prefix=&after=&limit=` of `GET /v1/kv`, `GET /v1/locks` and `GET /v1/elections`.
 #[derive(Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
@@ -135,6 +136,29 @@ pub async fn locks(
         ReadQuery::Locks,
         |a| match a {
             ReadAnswer::Locks(page) => Ok(page),
+            other => Err(Box::new(other)),
+        },
+    )
+    .await
+}
+
+/// A page of elections (names with at least one candidate) under a prefix, in name order,
+/// with their leaders.
+#[utoipa::path(get, path = "/v1/elections", tag = "elections", params(NamesQuery),
+    responses((status = 200, description = "One page of elections", body = Page<ElectionView>)))]
+pub async fn elections(
+    State(app): State<Arc<App>>,
+    caller: Caller,
+    query: Result<Query<NamesQuery>, QueryRejection>,
+) -> Result<Json<Page<ElectionView>>, ApiError> {
+    names_page(
+        &app,
+        &caller,
+        query,
+        lock_name_part,
+        ReadQuery::Elections,
+        |a| match a {
+            ReadAnswer::Elections(page) => Ok(page),
             other => Err(Box::new(other)),
         },
     )

@@ -69,7 +69,14 @@ impl utoipa::ToSchema for ErrorAnswer {
 }
 
 /// Routes that answer without a credential and never with an error body.
-pub const OPEN_PATHS: [&str; 3] = ["/healthz", "/readyz", "/v1/openapi.json"];
+pub const OPEN_PATHS: [&str; 6] = [
+    "/healthz",
+    "/readyz",
+    "/v1/openapi.json",
+    "/ui",
+    "/ui/app.js",
+    "/ui/app.css",
+];
 
 /// Routes that do not go through the leader (no `no_quorum`, no `indeterminate`).
 const LOCAL_PATHS: [(&str, &str); 4] = [

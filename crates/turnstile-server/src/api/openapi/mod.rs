@@ -18,7 +18,7 @@ use utoipa::OpenApi;
 
 use crate::api::{
     admin, answers, auth, cluster, counters, elections, kv, leases, locks, members, ranges, txn,
-    watch,
+    ui, watch,
 };
 
 pub mod errors;
@@ -45,10 +45,12 @@ pub use errors::ErrorAnswer;
         kv::get, kv::put, kv::delete, ranges::keys, txn::txn,
         counters::get, counters::incr,
         elections::campaign, elections::proclaim, elections::resign, elections::get,
+        ranges::elections,
         watch::watch,
         auth::list_roles, auth::put_role, auth::delete_role, auth::list_users, auth::put_user,
         auth::delete_user, auth::create_token, auth::delete_token, auth::whoami,
         cluster::cluster, cluster::healthz, cluster::readyz, openapi_json,
+        ui::index, ui::script, ui::stylesheet,
         members::list, members::add, members::promote, members::remove,
         admin::snapshot, admin::backup,
     ),
