@@ -22,7 +22,7 @@ fn enc(s: &str) -> String {
         .collect()
 }
 
-/// Walks `route` (`/v1/kv` or `/v1/locks`) under `prefix` in pages of `limit` on `node`;
+/// Walks `route` (`/v1/kv`, `/v1/locks` or `/v1/elections`) under `prefix` in pages of `limit` on `node`;
 /// returns the names in the order served and every page's `(revision, more)`.
 async fn walk(
     c: &Cluster,
@@ -246,6 +246,62 @@ async fn locks_and_leases_page_too() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Elections list once per name however many candidates queue, with the leader's lease, token
+/// and value; a plain lock with nobody campaigning is not an election.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn elections_page_once_per_name() -> anyhow::Result<()> {
+    let c = Cluster::start(3).await?;
+    let mut leaders = Vec::new();
+    for i in 0..3 {
+        let name = format!("e-{i}");
+        let mut campaigns = Vec::new();
+        // Three candidates each: the first leads, the others queue behind it.
+        for k in 0..3 {
+            let lease = c.lease(1, 60_000).await?;
+            let body =
+                json!({"lease_id": lease, "value": format!("{name}/{k}"), "wait_ms": 20_000});
+            let url = c.url(1 + k, &format!("/v1/elections/{name}/campaign"));
+            let http = c.client_builder(None)?.build()?;
+            campaigns.push((
+                lease,
+                tokio::spawn(async move { http.post(url).json(&body).send().await }),
+            ));
+            if k == 0 {
+                let answer = campaigns.remove(0).1.await??;
+                let v: Value = answer.json().await?;
+                leaders.push((lease, token(&v)?));
+            }
+        }
+        turnstile_tests::wait_for("the candidates to queue", || async {
+            let (_, v) = c.get(1, &format!("/v1/locks/{name}")).await.ok()?;
+            (v["waiters"].as_array()?.len() == 2).then_some(())
+        })
+        .await?;
+    }
+    let plain = c.lease(1, 60_000).await?;
+    let (s, v) = c.acquire(1, "e-plain", plain).await?;
+    ensure!(s == 200, "{v}");
+
+    let (items, pages) = walk(&c, 2, "/v1/elections", "e-", 1).await?;
+    assert_eq!(pages.len(), 3, "one page per name, however many candidates");
+    let names: Vec<&str> = items.iter().filter_map(|e| e["name"].as_str()).collect();
+    assert_eq!(names, ["e-0", "e-1", "e-2"]);
+    for (i, e) in items.iter().enumerate() {
+        let (lease, token) = leaders[i];
+        assert_eq!(e["leader"]["lease_id"], lease, "{e}");
+        assert_eq!(e["leader"]["token"], token, "{e}");
+        assert_eq!(e["leader"]["value"], format!("e-{i}/0"), "{e}");
+    }
+    let (s, v) = c.get(3, "/v1/elections?prefix=e-plain").await?;
+    assert_eq!(
+        (s, v["items"].as_array().map(Vec::len)),
+        (200, Some(0)),
+        "{v}"
+    );
+    c.shutdown().await;
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_parameters_are_400() -> anyhow::Result<()> {
     let c = Cluster::start(1).await?;
@@ -262,6 +318,8 @@ async fn bad_parameters_are_400() -> anyhow::Result<()> {
         "/v1/locks?prefix=b%40d",
         "/v1/locks?limit=0",
         "/v1/locks?key=a",
+        "/v1/elections?prefix=b%40d",
+        "/v1/elections?key=a",
         "/v1/leases?prefix=a",
         "/v1/leases?after=x",
         "/v1/leases?limit=5000",
@@ -283,6 +341,7 @@ async fn bad_parameters_are_400() -> anyhow::Result<()> {
     for path in [
         "/v1/kv?limit=1000",
         "/v1/locks?prefix=a-",
+        "/v1/elections?prefix=a-&limit=5",
         "/v1/leases?limit=1",
     ] {
         let (s, v) = c.get(1, path).await?;
