@@ -217,21 +217,9 @@ fn redact(
         ReadAnswer::Lease(Some(v)) if !owns(v.lease_id) => ReadAnswer::Lease(None),
         ReadAnswer::Lock(v) => ReadAnswer::Lock(v.redacted(state, principal)),
         ReadAnswer::Election(v) => ReadAnswer::Election(v.redacted(state, principal)),
-        ReadAnswer::Locks(mut page) => {
-            page.items = page
-                .items
-                .into_iter()
-                .map(|v| v.redacted(state, principal))
-                .collect();
-            ReadAnswer::Locks(page)
-        }
-        ReadAnswer::Elections(mut page) => {
-            page.items = page
-                .items
-                .into_iter()
-                .map(|v| v.redacted(state, principal))
-                .collect();
-            ReadAnswer::Elections(page)
+        ReadAnswer::Locks(page) => ReadAnswer::Locks(page.map(|v| v.redacted(state, principal))),
+        ReadAnswer::Elections(page) => {
+            ReadAnswer::Elections(page.map(|v| v.redacted(state, principal)))
         }
         ReadAnswer::Keys(mut page) => {
             for v in &mut page.items {

@@ -56,6 +56,17 @@ pub struct Page<T> {
     pub revision: u64,
 }
 
+impl<T> Page<T> {
+    /// The same page with each item passed through `f` (a redaction, say).
+    pub fn map<U>(self, f: impl FnMut(T) -> U) -> Page<U> {
+        Page {
+            items: self.items.into_iter().map(f).collect(),
+            more: self.more,
+            revision: self.revision,
+        }
+    }
+}
+
 /// One item of `GET /v1/leases`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct LeaseItem {

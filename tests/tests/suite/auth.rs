@@ -110,7 +110,12 @@ impl Who {
 }
 
 /// Root (the fixture's client) makes a role and a user with it.
-async fn put_user(c: &Cluster, user: &str, perms: Value, quotas: Value) -> anyhow::Result<()> {
+pub(crate) async fn put_user(
+    c: &Cluster,
+    user: &str,
+    perms: Value,
+    quotas: Value,
+) -> anyhow::Result<()> {
     let role = format!("role-{user}");
     let body = json!({"permissions": perms, "metrics": false});
     let (s, v) = c
@@ -135,14 +140,14 @@ async fn put_user(c: &Cluster, user: &str, perms: Value, quotas: Value) -> anyho
     Ok(())
 }
 
-fn on(prefix: &str, access: &str) -> Value {
+pub(crate) fn on(prefix: &str, access: &str) -> Value {
     json!(["lock", "key", "counter"]
         .iter()
         .map(|k| json!({"kind": k, "prefix": prefix, "access": access}))
         .collect::<Vec<_>>())
 }
 
-async fn make_token(c: &Cluster, user: &str) -> anyhow::Result<(String, String)> {
+pub(crate) async fn make_token(c: &Cluster, user: &str) -> anyhow::Result<(String, String)> {
     let (s, v) = c.post(1, "/v1/auth/tokens", json!({"user": user})).await?;
     anyhow::ensure!(s == 200, "token for {user}: {s} {v}");
     let id = v["token_id"].as_str().context("token_id")?.to_string();

@@ -13,6 +13,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::auth::{make_token, on, put_user};
 use reqwest::Method;
 use serde_json::{json, Value};
 use turnstile_tests::cdp::{self, Browser};
@@ -251,40 +252,14 @@ async fn the_page_shows_the_cluster_and_follows_it_live() -> anyhow::Result<()> 
     Ok(())
 }
 
-/// Root (the fixture's client) makes a role with `access` on `prefix` for every kind, a user
-/// with it, and a token for that user; returns the token.
-async fn tenant_token(c: &Cluster, user: &str, prefix: &str) -> anyhow::Result<String> {
-    let perms: Vec<Value> = ["lock", "key", "counter"]
-        .iter()
-        .map(|k| json!({"kind": k, "prefix": prefix, "access": "write"}))
-        .collect();
-    let role = format!("role-{user}");
-    let calls = [
-        (
-            format!("/v1/auth/roles/{role}"),
-            json!({"permissions": perms, "metrics": false}),
-        ),
-        (
-            format!("/v1/auth/users/{user}"),
-            json!({"roles": [role], "quotas": {}}),
-        ),
-    ];
-    for (path, body) in calls {
-        let (code, v) = c.call(1, Method::PUT, &path, Some(body)).await?;
-        anyhow::ensure!(code == 200, "{path}: {code} {v}");
-    }
-    let (code, v) = c.post(1, "/v1/auth/tokens", json!({"user": user})).await?;
-    anyhow::ensure!(code == 200, "token: {code} {v}");
-    Ok(v["token"].as_str().unwrap_or_default().to_string())
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_auth_on_the_page_shows_only_what_the_token_may_read() -> anyhow::Result<()> {
     let Some(chromium) = chromium() else {
         return Ok(());
     };
     let c = Cluster::start_secure(3).await?;
-    let secret = tenant_token(&c, "team-a", "a-").await?;
+    put_user(&c, "team-a", on("a-", "write"), json!({})).await?;
+    let (_, secret) = make_token(&c, "team-a").await?;
     // Root holds one lock under the tenant's prefix: the tenant sees it held, not by whom.
     let root_lease = c.lease(1, 60_000).await?;
     let root_token = token(&c.acquire(1, "a-root", root_lease).await?.1)?;
