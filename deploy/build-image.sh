@@ -6,8 +6,8 @@
 #   IMAGE=registry.example/turnstile:1.2 deploy/build-image.sh
 #   BINARY=path/to/static/turnstile deploy/build-image.sh    # skip the build; must be static
 #
-# The binary is built by deploy/lib/static-build.sh (crt-static glibc, into
-# ${STATIC_TARGET_DIR:-${CARGO_TARGET_DIR:-target}/static}); the image is assembled by
+# The binary is built by deploy/lib/static-build.sh (crt-static glibc, copied to
+# ${STATIC_DIR:-${CARGO_TARGET_DIR:-target}/static}); the image is assembled by
 # deploy/lib/import-image.sh. It holds only /turnstile, an empty /data and /tmp.
 #
 # - ENTRYPOINT /turnstile, CMD serve: `docker run IMAGE` runs a node configured by TURNSTILE_*

@@ -4,12 +4,14 @@
 #
 #   deploy/lib/static-build.sh PACKAGE [BINARY]      # BINARY defaults to PACKAGE
 #
-# glibc is linked statically with `-C target-feature=+crt-static`. `--target` must be given
-# explicitly, or RUSTFLAGS would also reach proc-macro crates, which cannot be static and fail
-# to build. The flags differ from a normal build's, so nothing is shared with it: the build goes
-# to its own target dir, ${STATIC_TARGET_DIR:-${CARGO_TARGET_DIR:-target}/static}, where every
-# static build (turnstile, turnstile-jepsen) shares its dependencies and later builds are
-# incremental.
+# glibc is linked statically with `-C target-feature=+crt-static`, passed by `cargo rustc` to
+# the binary's own compilation only. That flag matters only when the binary is linked (std
+# decides at that point how to link libc), so every dependency is an ordinary release build in
+# the ordinary target dir, ${CARGO_TARGET_DIR:-target}, shared with `cargo build --release` and
+# `cargo test --release` wherever the features agree: after the test build, the static build
+# compiles only the crates whose features differ (`-p PACKAGE` alone, as the README builds
+# it, sees no other member's features; `crates/turnstile/Cargo.toml` asks for the rest). The
+# binary is moved to ${STATIC_DIR:-${CARGO_TARGET_DIR:-target}/static}.
 #
 # Static glibc cannot use NSS (its `dlopen` of libnss_* needs the very shared libc the binary
 # does without), so such a binary must never resolve a host name: Turnstile's nodes and
@@ -23,13 +25,21 @@ fi
 package=$1
 name=${2:-$1}
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-target=x86_64-unknown-linux-gnu
-target_dir=${STATIC_TARGET_DIR:-${CARGO_TARGET_DIR:-$repo/target}/static}
+target_dir=${CARGO_TARGET_DIR:-$repo/target}
+static_dir=${STATIC_DIR:-$target_dir/static}
 
-echo "building a static $name into $target_dir" >&2
-(cd "$repo" && RUSTFLAGS="-C target-feature=+crt-static" CARGO_TARGET_DIR="$target_dir" \
-    "${CARGO:-cargo}" build --release --target "$target" -p "$package" --bin "$name" >&2)
-binary=$target_dir/$target/release/$name
+echo "building a static $name (dependencies shared with $target_dir/release)" >&2
+(cd "$repo" && CARGO_TARGET_DIR="$target_dir" "${CARGO:-cargo}" rustc --release -p "$package" \
+    --bin "$name" -- -C target-feature=+crt-static >&2)
+mkdir -p "$static_dir"
+binary=$static_dir/$name
+# Copied to a new file and renamed over the old, so a running copy of the old one is not hit.
+cp "$target_dir/release/$name" "$binary.tmp"
+mv -f "$binary.tmp" "$binary"
+# And removed from release/: cargo puts a binary there again only when it builds one or finds
+# none, so a later `cargo test` whose own build of NAME is up to date would otherwise run this
+# one (without the test hooks) under its name.
+rm -f "$target_dir/release/$name"
 # ldd says "statically linked" (static-pie) or "not a dynamic executable" for a static binary,
 # and lists "lib => path" lines for a dynamic one. (Captured first: `ldd | grep -q` under
 # pipefail fails when grep stops reading early.)

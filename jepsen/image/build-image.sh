@@ -7,12 +7,11 @@
 #   IMAGE=name:tag jepsen/image/build-image.sh
 #
 # Dynamic (the default, what the tests use): the image holds the binary CI already built plus
-# the shared libraries `ldd` lists for it and the dynamic loader, at their host paths. A second,
-# static build would double CI's compile time.
+# the shared libraries `ldd` lists for it and the dynamic loader, at their host paths.
 #
-# STATIC=1: builds the binary with deploy/lib/static-build.sh (crt-static, into
-# ${STATIC_TARGET_DIR:-${CARGO_TARGET_DIR:-target}/static}, shared with the deployment image's
-# build) and puts only that binary in the image. The node never resolves names (IP literals
+# STATIC=1: builds the binary with deploy/lib/static-build.sh (crt-static on the binary only,
+# dependencies shared with the ordinary release build; copied to
+# ${STATIC_DIR:-${CARGO_TARGET_DIR:-target}/static}) and puts only that binary in the image. The node never resolves names (IP literals
 # only), so static glibc's NSS `dlopen` is never reached.
 #
 # The rootfs is assembled by deploy/lib/import-image.sh and goes through `docker import`, so no

@@ -11,9 +11,9 @@
 //! and volumes and the test's image tag, also on panic.
 //!
 //! Skips (and passes) when no Docker engine answers; fails, saying what to install, when one
-//! answers but neither `docker-compose` nor `docker compose` is there. The static build goes
-//! to `${STATIC_TARGET_DIR:-${CARGO_TARGET_DIR:-target}/static}` (built once, then
-//! incremental). The project's subnet and host ports are chosen so that runs never collide.
+//! answers but neither `docker-compose` nor `docker compose` is there. The static build shares
+//! its dependencies with the release build (`deploy/lib/static-build.sh`), so it compiles only
+//! the crates whose features differ. The project's subnet and host ports are chosen so that runs never collide.
 
 use std::collections::BTreeMap;
 use std::process::{Command, Output, Stdio};
