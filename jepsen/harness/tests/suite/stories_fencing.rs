@@ -2,13 +2,10 @@
 //! namespaces: a holder frozen past its TTL is refused by the fenced ledger and by the store
 //! (story 1), a holder of another cluster is refused by cluster id (story 8), and the negative
 //! controls that show what happens without fencing (story 12).
-#![allow(clippy::unwrap_used)]
-
-mod common;
 
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use serde_json::json;
 use turnstile_fence::ledger::{Ledger, LedgerStats, Mode};
 use turnstile_fence::Fence;

@@ -8,7 +8,6 @@
 //! short seeded chaos run on the same backend must pass every checker.
 //!
 //! Skips (and passes) when no Docker engine answers.
-#![allow(clippy::unwrap_used)]
 
 use std::path::PathBuf;
 use std::process::Command;

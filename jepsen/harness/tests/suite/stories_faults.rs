@@ -3,16 +3,13 @@
 //! its TTL (story 9), a leader paused with requests queued at it (story 10), and a follower
 //! coming back from a real partition (story 11); disk faults (story 12) in
 //! `stories_faults/disk.rs`.
-#![allow(clippy::unwrap_used)]
 
-mod common;
 /// Story 12: a failed fdatasync (libfiu), and its negative control.
-#[path = "stories_faults/disk.rs"]
 mod disk;
 
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use serde_json::json;
 
 /// Waits until a node of `group` leads in a term after `old_term`; returns it and its term.

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use super::common::*;
+use crate::common::*;
 
 /// The failure point of `fdatasync(2)` in libfiu's POSIX preload.
 const FDATASYNC: &str = "posix/io/sync/fdatasync";

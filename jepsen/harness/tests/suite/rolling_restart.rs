@@ -4,15 +4,12 @@
 //! grant or write is lost, tokens keep growing, and the only errors clients see are the
 //! documented hand-over ones (`503 no_quorum`, `504 indeterminate`) and refused connections
 //! to the node that is down.
-#![allow(clippy::unwrap_used)]
-
-mod common;
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use turnstile_tests::load::{LoadHttp, LockLoad};
 
 /// Lock-cycling clients during the restarts.

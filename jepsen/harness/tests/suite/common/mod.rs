@@ -8,9 +8,6 @@
 //! story needs what TLS cannot give: [`start_insecure_cluster`] is for raw requests written to
 //! a frozen node's socket, since a TLS handshake needs the node awake.
 
-// Each story file uses a different subset of these helpers.
-#![allow(dead_code)]
-
 use std::net::{Ipv4Addr, SocketAddr};
 use std::ops::{Deref, DerefMut};
 use std::process::{Child, ChildStdin, Stdio};
@@ -367,8 +364,6 @@ pub struct LostLine {
     pub line: String,
     /// When the holder printed it (unix ms, the holder's clock: this machine's).
     pub at_ms: u64,
-    /// When the test read it.
-    pub seen: Instant,
 }
 
 /// A holder's `granted` line.
@@ -572,11 +567,7 @@ fn read_lines(
                 .unwrap_or(0);
             lost.lock()
                 .unwrap_or_else(PoisonError::into_inner)
-                .push(LostLine {
-                    line,
-                    at_ms,
-                    seen: Instant::now(),
-                });
+                .push(LostLine { line, at_ms });
         } else if tx.send(line).is_err() {
             break;
         }

@@ -3,13 +3,10 @@
 //! over one at a time (story 3), everything survives a whole-cluster restart (story 4), an
 //! abandoned wait leaves the queue (story 5), and a wall-clock jump expires nothing early
 //! (story 11).
-#![allow(clippy::unwrap_used)]
-
-mod common;
 
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use futures::{StreamExt, TryStreamExt};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
