@@ -329,7 +329,12 @@ async fn snapshot(State(app): State<Arc<App>>, body: Bytes) -> Response {
         meta,
         snapshot: Cursor::new(data),
     };
-    reply(app.raft.install_full_snapshot(vote, snapshot).await)
+    let result = app.raft.install_full_snapshot(vote, snapshot).await;
+    // Accepted from the current leader, like an append (see `append`).
+    if matches!(result, Ok(ref r) if r.vote == vote) {
+        app.note_leader_contact();
+    }
+    reply(result)
 }
 
 async fn propose(State(app): State<Arc<App>>, body: Bytes) -> Response {

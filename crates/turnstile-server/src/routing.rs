@@ -6,6 +6,14 @@
 //! `NoQuorum` answer (a leader without a valid quorum lease appends nothing),
 //! or a peer call that never left this node. Anything else that fails mid-flight is
 //! `Indeterminate`, and the client resolves it by retrying with the same `request_id`.
+//!
+//! A follower cut off from its leader still knows the leader's id (with PreVote it never
+//! campaigns), and a forward into a real partition is not refused: its packets are dropped.
+//! So a follower forwards only to a leader it has heard from within an election timeout (a
+//! leader heartbeats several times in one), and gives up on a forward in flight as soon as the
+//! leader falls silent. A write sent into the minority side is answered `503 no_quorum` (nothing
+//! sent) or `504 indeterminate` (sent, outcome unknown) within about two election timeouts,
+//! not after the request's whole timeout, and the client moves on to another node.
 
 use openraft::async_runtime::WatchReceiver;
 use std::future::Future;
@@ -41,6 +49,11 @@ impl App {
         loop {
             let attempt = match self.current_leader() {
                 Some(id) if id == self.node_id() => local().await,
+                // Known but silent: most likely on the other side of a partition. Nothing is
+                // sent; the loop waits for it to be heard again or for a new leader.
+                Some(_) if !self.heard_leader_within(self.leader_silence()) => {
+                    Err(RouteError::NoQuorum)
+                }
                 Some(id) => self.forward(id, path, req, timeout_ms).await,
                 None => Err(RouteError::NotLeader { leader_id: None }),
             };
@@ -71,11 +84,23 @@ impl App {
             return Err(RouteError::NotLeader { leader_id: None });
         };
         let timeout = Duration::from_millis(timeout_ms + FORWARD_MARGIN_MS);
-        match self
+        let rpc = self
             .peers
-            .rpc::<Req, Result<T, RouteError>>(leader, &addr, path, req, timeout)
-            .await
-        {
+            .rpc::<Req, Result<T, RouteError>>(leader, &addr, path, req, timeout);
+        let outcome = tokio::select! {
+            outcome = rpc => outcome,
+            silent_ms = self.leader_falls_silent() => {
+                // Maybe delivered, maybe applied: only a resend with the same request_id, to
+                // a node that can reach a leader, can tell.
+                tracing::warn!(
+                    leader,
+                    silent_ms,
+                    "gave up on a forwarded request: no append from the leader in {silent_ms} ms"
+                );
+                return Err(RouteError::Indeterminate);
+            }
+        };
+        match outcome {
             Ok(answer) => answer,
             Err(e) if e.not_sent() => Err(RouteError::NotLeader { leader_id: None }),
             // Refused by the peer's gate (wrong phase, cut link): its handler never ran.
@@ -96,6 +121,27 @@ impl App {
             Err(e) => {
                 tracing::warn!(leader, error = %e, "forwarded request failed mid-flight");
                 Err(RouteError::Indeterminate)
+            }
+        }
+    }
+
+    /// How long a follower may go without an append from its leader before it takes the
+    /// leader for unreachable: one maximum election timeout, several heartbeats.
+    fn leader_silence(&self) -> Duration {
+        Duration::from_millis(self.cfg.election_timeout_ms_max)
+    }
+
+    /// Resolves, with the silence so far in ms, once no append has come from the leader for
+    /// [`Self::leader_silence`]; checked every heartbeat. A leader sends appends while it
+    /// handles a forwarded request (it heartbeats every follower), so a healthy forward,
+    /// even a long queued acquire, never trips it.
+    async fn leader_falls_silent(&self) -> u64 {
+        let silence = self.leader_silence();
+        let every = Duration::from_millis(self.cfg.heartbeat_ms.max(1));
+        loop {
+            tokio::time::sleep(every).await;
+            if !self.heard_leader_within(silence) {
+                return u64::try_from(silence.as_millis()).unwrap_or(u64::MAX);
             }
         }
     }
