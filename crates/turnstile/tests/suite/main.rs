@@ -1,5 +1,6 @@
-//! The CLI against real `turnstile` processes (lock, elect, operations, the fsync check under strace,
-//! a full disk on a tmpfs, the README binary's lack of test hooks), linked as one test executable.
+//! The CLI against real `turnstile` processes (lock, elect, operations, the fsync check under
+//! strace, a full disk on a tmpfs, the README binary's lack of test hooks) and the docs' console
+//! examples against a `turnstile dev` cluster, linked as one test executable.
 
 mod common;
 
@@ -9,4 +10,5 @@ mod cli_lock;
 mod cli_ops;
 mod cli_ranges;
 mod disk_full;
+mod docs_console;
 mod fsync_strace;
