@@ -218,7 +218,7 @@ async function table(name, path, render) {
 
 async function refresh() {
   try {
-    const [cluster, ready] = await Promise.all([get("/v1/cluster"), readyz()]);
+    const [cluster, ready] = await Promise.all([get("/v1/cluster?digest=false"), readyz()]);
     renderCluster(cluster, ready);
     if (!status.unauthenticated) notice(null);
   } catch (e) {
@@ -306,7 +306,7 @@ async function tailLoop() {
   for (;;) {
     try {
       if (lastId === null && from === null) {
-        const c = await get("/v1/cluster");
+        const c = await get("/v1/cluster?digest=false");
         from = Math.max(1, c.applied_index - TAIL_BACKLOG_REVISIONS);
       }
       const headers = authHeaders();

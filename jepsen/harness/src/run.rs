@@ -328,7 +328,7 @@ async fn monitor(rec: Recorder, http: Http, endpoints: Vec<String>, deadline: In
         async move {
             while Instant::now() < deadline {
                 let req = client
-                    .get(format!("{e}/v1/cluster"))
+                    .get(format!("{e}/v1/cluster?digest=false"))
                     .timeout(Duration::from_millis(MONITOR_TIMEOUT_MS));
                 if let Ok(resp) = req.send().await {
                     if let Ok(v) = resp.json::<serde_json::Value>().await {

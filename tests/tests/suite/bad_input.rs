@@ -400,6 +400,13 @@ async fn bad_input_gets_4xx_and_changes_nothing() -> anyhow::Result<()> {
             400,
             "bad_request",
         ),
+        (
+            M::GET,
+            "/v1/cluster?digest=maybe".into(),
+            None,
+            400,
+            "bad_request",
+        ),
     ];
     let cases: Vec<_> = cases.into_iter().chain(extra).collect();
     let http = reqwest::Client::new();
@@ -426,6 +433,18 @@ async fn bad_input_gets_4xx_and_changes_nothing() -> anyhow::Result<()> {
         "{} bad-input cases misanswered:\n{}",
         failures.len(),
         failures.join("\n")
+    );
+
+    // The one parameter `/v1/cluster` takes: the digest is left out, the rest is there.
+    let (code, v) = c.get(2, "/v1/cluster?digest=false").await?;
+    assert!(
+        code == 200 && v.get("state_digest").is_none() && v["applied_index"].is_u64(),
+        "{v}"
+    );
+    let (code, v) = c.get(2, "/v1/cluster?digest=true").await?;
+    assert!(
+        code == 200 && v["state_digest"].as_str().is_some_and(|d| d.len() == 64),
+        "{v}"
     );
 
     // Refused requests that failed validation appended nothing; the definite refusals from the

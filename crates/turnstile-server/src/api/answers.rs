@@ -265,7 +265,9 @@ pub struct ClusterAnswer {
     pub commit_index: Option<u64>,
     pub applied_index: u64,
     /// A hash of the state machine at `applied_index`: equal on nodes with equal states.
-    pub state_digest: String,
+    /// Absent with `?digest=false`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub state_digest: Option<String>,
     pub sm_time_ms: u64,
     pub phase: crate::identity::Phase,
     pub members: Vec<MemberItem>,

@@ -4,32 +4,54 @@ use openraft::async_runtime::WatchReceiver;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use axum::extract::State;
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::Json;
+use serde::Deserialize;
+use utoipa::IntoParams;
 
 use crate::api::answers::{
     ClusterAnswer, HealthAnswer, LogAnswer, ReadyAnswer, RecordsAnswer, SnapshotStatsAnswer,
     SnapshotsAnswer,
 };
 use crate::app::App;
+use crate::error::ApiError;
+
+/// `?digest=false` of `GET /v1/cluster`.
+#[derive(Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct ClusterQuery {
+    /// `false`: leave `state_digest` out. A poller that does not compare states (a dashboard,
+    /// a monitor) spares the node a hash of its whole state at every new applied index.
+    digest: Option<bool>,
+}
 
 /// This node's view of the cluster (not a linearizable read).
-#[utoipa::path(get, path = "/v1/cluster", tag = "cluster",
+#[utoipa::path(get, path = "/v1/cluster", tag = "cluster", params(ClusterQuery),
     responses((status = 200, description = "This node's view", body = ClusterAnswer)))]
-pub async fn cluster(State(app): State<Arc<App>>) -> Json<ClusterAnswer> {
+pub async fn cluster(
+    State(app): State<Arc<App>>,
+    query: Result<Query<ClusterQuery>, QueryRejection>,
+) -> Result<Json<ClusterAnswer>, ApiError> {
+    let Query(query) =
+        query.map_err(|e| ApiError::BadRequest(format!("invalid query: {}", e.body_text())))?;
     let m = app.raft.metrics().borrow_watched().clone();
     let members = crate::api::members::members(&app, &m);
-    // Digest and applied index describe one state: a copy taken in O(1) under the state
-    // lock, encoded and hashed after it is released (and only once per applied index).
-    // Hashing a large state takes tens of ms of CPU: off the async workers.
-    let sm = app.sm.clone();
-    let (applied_index, state_digest) = match tokio::task::spawn_blocking(move || sm.digest()).await
-    {
-        Ok(digest) => digest,
-        Err(e) => {
-            tracing::error!(error = %e, "the state digest task failed");
-            (app.sm.read().state.applied_index, String::new())
+    let (applied_index, state_digest) = if query.digest == Some(false) {
+        (app.sm.read().state.applied_index, None)
+    } else {
+        // Digest and applied index describe one state: a copy taken in O(1) under the state
+        // lock, encoded and hashed after it is released (and only once per applied index).
+        // Hashing a large state takes tens of ms of CPU: off the async workers.
+        let sm = app.sm.clone();
+        match tokio::task::spawn_blocking(move || sm.digest()).await {
+            Ok((index, digest)) => (index, Some(digest)),
+            Err(e) => {
+                tracing::error!(error = %e, "the state digest task failed");
+                (app.sm.read().state.applied_index, Some(String::new()))
+            }
         }
     };
     let (cluster_id, sm_time_ms, records) = {
@@ -50,7 +72,7 @@ pub async fn cluster(State(app): State<Arc<App>>) -> Json<ClusterAnswer> {
     let log = app.log_sync_stats();
     let history = app.sm.snapshot_history();
     let purged = m.purged.map_or(0, |p| p.index);
-    Json(ClusterAnswer {
+    Ok(Json(ClusterAnswer {
         cluster_id,
         node_id: app.node_id(),
         leader_id: m.current_leader,
@@ -88,7 +110,7 @@ pub async fn cluster(State(app): State<Arc<App>>) -> Json<ClusterAnswer> {
         fenced_rejections: app.stats.fenced_rejections.load(Ordering::Relaxed),
         request_records: records,
         acks_dropped: app.acks.dropped(),
-    })
+    }))
 }
 
 /// Bytes of the files under `dir`, recursively; 0 if unreadable. sled's and the snapshot dir

@@ -230,8 +230,9 @@ async fn serving_gate(State(app): State<Arc<App>>, req: Request, next: Next) -> 
 }
 
 /// The routes that take query parameters, by method and path; each checks its own
-/// (`watch::WatchQuery`, `ranges::NamesQuery`, `ranges::LeasesQuery`).
-pub(crate) const QUERY_ROUTES: [(&str, &str); 5] = [
+/// (`watch::WatchQuery`, `ranges::NamesQuery`, `ranges::LeasesQuery`, `cluster::ClusterQuery`).
+pub(crate) const QUERY_ROUTES: [(&str, &str); 6] = [
+    ("GET", "/v1/cluster"),
     ("GET", "/v1/watch"),
     ("GET", "/v1/kv"),
     ("GET", "/v1/locks"),
