@@ -29,6 +29,9 @@ target_dir=${CARGO_TARGET_DIR:-$repo/target}
 static_dir=${STATIC_DIR:-$target_dir/static}
 
 echo "building a static $name (dependencies shared with $target_dir/release)" >&2
+# Removed first: cargo links an up-to-date binary into release/ again only if none is there,
+# and the one there may be another build's (a `cargo test` build's, with its test hooks).
+rm -f "$target_dir/release/$name"
 (cd "$repo" && CARGO_TARGET_DIR="$target_dir" "${CARGO:-cargo}" rustc --release -p "$package" \
     --bin "$name" -- -C target-feature=+crt-static >&2)
 mkdir -p "$static_dir"
@@ -36,9 +39,8 @@ binary=$static_dir/$name
 # Copied to a new file and renamed over the old, so a running copy of the old one is not hit.
 cp "$target_dir/release/$name" "$binary.tmp"
 mv -f "$binary.tmp" "$binary"
-# And removed from release/: cargo puts a binary there again only when it builds one or finds
-# none, so a later `cargo test` whose own build of NAME is up to date would otherwise run this
-# one (without the test hooks) under its name.
+# And removed from release/ again, for the same reason: a later `cargo test` whose own build
+# of NAME is up to date would otherwise run this one (without the test hooks) under its name.
 rm -f "$target_dir/release/$name"
 # ldd says "statically linked" (static-pie) or "not a dynamic executable" for a static binary,
 # and lists "lib => path" lines for a dynamic one. (Captured first: `ldd | grep -q` under

@@ -11,9 +11,10 @@
 //! and volumes and the test's image tag, also on panic.
 //!
 //! Skips (and passes) when no Docker engine answers; fails, saying what to install, when one
-//! answers but neither `docker-compose` nor `docker compose` is there. The static build shares
-//! its dependencies with the release build (`deploy/lib/static-build.sh`), so it compiles only
-//! the crates whose features differ. The project's subnet and host ports are chosen so that runs never collide.
+//! answers but neither `docker-compose` nor `docker compose` is there. The image holds
+//! `TURNSTILE_README_BINARY` when it is set (CI builds that static binary first), otherwise a
+//! static build, which shares its dependencies with the release build
+//! (`deploy/lib/static-build.sh`). The project's subnet and host ports are chosen so that runs never collide.
 
 use std::collections::BTreeMap;
 use std::process::{Command, Output, Stdio};
@@ -90,12 +91,16 @@ struct Image;
 impl Image {
     fn build() -> anyhow::Result<Image> {
         let started = Instant::now();
-        let status = Command::new("bash")
+        let mut build = Command::new("bash");
+        build
             .arg(format!("{REPO}/deploy/build-image.sh"))
             .env("IMAGE", IMAGE)
-            .stdin(Stdio::null())
-            .status()
-            .context("cannot run deploy/build-image.sh")?;
+            .stdin(Stdio::null());
+        // CI built the README binary (static) before the tests: no cargo inside cargo test.
+        if let Some(binary) = std::env::var_os("TURNSTILE_README_BINARY") {
+            build.env("BINARY", binary);
+        }
+        let status = build.status().context("cannot run deploy/build-image.sh")?;
         if !status.success() {
             bail!("deploy/build-image.sh failed: {status}");
         }
