@@ -303,7 +303,16 @@ impl WatchState {
     async fn connect(&mut self) -> Result<Conn, Error> {
         if self.opts.from_revision == 0 && self.last.is_none() && self.now_floor.is_none() {
             let client = self.client.with_retry_budget(Duration::from_secs(1));
-            self.now_floor = client.cluster().await.ok().map(|c| c.applied_index);
+            // Without the state digest: only the index is needed, and the digest costs the
+            // node a hash of its whole state.
+            let status = crate::request::Prepared::<serde_json::Value>::read(
+                "/v1/cluster?digest=false".into(),
+            );
+            self.now_floor = client
+                .send(&status)
+                .await
+                .ok()
+                .and_then(|v| v["applied_index"].as_u64());
         }
         let deadline = Instant::now() + self.client.config.retry_budget;
         let mut pause = Duration::from_millis(50);
