@@ -62,3 +62,7 @@ pub mod snapshot_policy;
 pub mod tls;
 pub mod views;
 pub mod waiters;
+
+/// The exit status of a node whose log sync failed (`EX_IOERR`): it stops rather than
+/// acknowledge a write that may not be on disk (docs/operations.md, "Disk faults").
+pub use turnstile_raft::log_store::SYNC_FAILED_EXIT_CODE;

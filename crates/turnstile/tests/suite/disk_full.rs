@@ -15,6 +15,7 @@ use anyhow::{bail, Context};
 use serde_json::{json, Value};
 
 use crate::common::*;
+use turnstile_server::SYNC_FAILED_EXIT_CODE;
 
 /// Size of the tmpfs holding the data dir.
 const TMPFS_MIB: u64 = 96;
@@ -22,8 +23,6 @@ const TMPFS_MIB: u64 = 96;
 const RESERVE_MIB: u64 = 24;
 /// Free space the filler leaves: below the reserve, and enough for the node's first writes.
 const LEFT_FREE_MIB: u64 = 8;
-/// `turnstile_raft::log_store::SYNC_FAILED_EXIT_CODE`.
-const SYNC_FAILED_EXIT_CODE: i32 = 74;
 /// Values written in the negative control before giving up on seeing the node stop.
 const CONTROL_WRITES_MAX: u64 = 2_000;
 

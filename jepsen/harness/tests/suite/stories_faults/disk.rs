@@ -16,11 +16,10 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use crate::common::*;
+use turnstile_server::SYNC_FAILED_EXIT_CODE;
 
 /// The failure point of `fdatasync(2)` in libfiu's POSIX preload.
 const FDATASYNC: &str = "posix/io/sync/fdatasync";
-/// `turnstile_raft::log_store::SYNC_FAILED_EXIT_CODE` (EX_IOERR).
-const SYNC_FAILED_EXIT_CODE: i32 = 74;
 /// Keys written before the fault, and by the survivors after it.
 const WRITES_PER_PHASE: u64 = 20;
 /// Writes sent to the faulty node after the fault.
