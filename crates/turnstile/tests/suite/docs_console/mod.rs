@@ -38,7 +38,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, ensure, Context};
 use serde_json::Value;
 
-use crate::common::{Proc, STARTUP_MS_MAX};
+use crate::common::{spawn_server, Proc, STARTUP_MS_MAX};
 
 mod shape;
 mod transcript;
@@ -70,19 +70,12 @@ impl DevCluster {
     fn start() -> anyhow::Result<DevCluster> {
         let dir = tempfile::tempdir()?;
         let base = consecutive_ports(3)?;
-        let log = std::fs::File::create(dir.path().join("dev.log"))?;
-        let child = crate::common::turnstile()
-            .args(["dev", "--nodes", "3", "--base-port", &base.to_string()])
+        let mut dev = crate::common::turnstile();
+        dev.args(["dev", "--nodes", "3", "--base-port", &base.to_string()])
             .arg("--data-dir")
-            .arg(dir.path().join("data"))
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .process_group(0)
-            .spawn()
-            .context("cannot start turnstile dev")?;
+            .arg(dir.path().join("data"));
         let cluster = DevCluster {
-            _proc: Proc::new(child),
+            _proc: spawn_server(dev, dir.path())?,
             endpoints: (0..3)
                 .map(|i| format!("http://127.0.0.1:{}", base + i))
                 .collect(),
