@@ -136,6 +136,20 @@ impl App {
                     .add_learner(*node_id, node, true)
                     .await
                     .map_err(route_error)?;
+                // The answer lists reachability, and the learner's first heartbeat
+                // acknowledgement comes up to a heartbeat after its catch-up: wait that long
+                // rather than show a node that just caught up as unreachable.
+                let acked = |m: &openraft::RaftMetrics<_>| {
+                    m.heartbeat
+                        .as_ref()
+                        .and_then(|h| h.get(node_id))
+                        .is_some_and(Option::is_some)
+                };
+                let _ = self
+                    .raft
+                    .wait(Some(self.reachable_window()))
+                    .metrics(acked, "the learner's first heartbeat")
+                    .await;
             }
             MemberOp::Promote { node_id } => {
                 let Some(node) = membership.get_node(node_id) else {

@@ -1,6 +1,7 @@
 //! The CLI against real `turnstile` processes (lock, elect, operations, the fsync check under
-//! strace, a full disk on a tmpfs, the README binary's lack of test hooks) and the docs' console
-//! examples against a `turnstile dev` cluster, linked as one test executable.
+//! strace, a full disk on a tmpfs, the README binary's lack of test hooks), the docs' console
+//! examples against a `turnstile dev` cluster, and their `sh` examples on machines of their own
+//! (namespaces), linked as one test executable.
 
 mod common;
 
@@ -11,4 +12,5 @@ mod cli_ops;
 mod cli_ranges;
 mod disk_full;
 mod docs_console;
+mod docs_sh;
 mod fsync_strace;

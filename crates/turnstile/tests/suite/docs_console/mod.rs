@@ -408,7 +408,7 @@ fn run_file(file: &str, show: bool) -> anyhow::Result<usize> {
 }
 
 /// README.md and every docs/*.md, sorted.
-fn doc_files() -> anyhow::Result<Vec<String>> {
+pub(crate) fn doc_files() -> anyhow::Result<Vec<String>> {
     let mut files = vec!["README.md".to_string()];
     let mut docs: Vec<PathBuf> = std::fs::read_dir(Path::new(ROOT).join("docs"))?
         .map(|e| e.map(|e| e.path()))
