@@ -124,10 +124,23 @@ impl StateMachineStore {
     pub fn open(snapshot_dir: &Path, check_invariants: bool) -> io::Result<StateMachineStore> {
         let snapshots = SnapshotDir::open(snapshot_dir)?;
         let shared = SharedState::default();
-        if let Some(bytes) = snapshots.read_newest()? {
-            let file = SnapshotFile::decode(&bytes)?;
-            let state = codec::decode_state(&file.state)
-                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+        if let Some((path, bytes)) = snapshots.read_newest_at()? {
+            // A snapshot that fails its hash or does not decode is never served from: this
+            // node's state cannot be trusted, and only a re-add replaces it.
+            let refuse = |e: &dyn std::fmt::Display| {
+                io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!(
+                        "{}: {e}. This node's state cannot be trusted: move its data dir aside, \
+                         start it empty with --initial-cluster-state existing and re-add it \
+                         (`turnstile member remove`, `member add`, `member promote`; \
+                         docs/operations.md, \"Replacing a node\")",
+                        path.display()
+                    ),
+                )
+            };
+            let file = SnapshotFile::decode(&bytes).map_err(|e| refuse(&e))?;
+            let state = codec::decode_state(&file.state).map_err(|e| refuse(&e))?;
             let mut inner = shared.write();
             inner.state = state;
             inner.last_applied = file.last_log_id;

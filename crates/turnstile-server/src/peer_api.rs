@@ -325,6 +325,11 @@ async fn snapshot(State(app): State<Arc<App>>, body: Bytes) -> Response {
         Ok(v) => v,
         Err(r) => return *r,
     };
+    // Damaged on the way: refused here, so the leader sends it again. Handed to openraft, a
+    // snapshot that fails to install stops this node's Raft.
+    if let Err(e) = turnstile_raft::snapshot_files::SnapshotFile::verify(&data) {
+        return reply::<(), String>(Err(format!("snapshot refused: {e}")));
+    }
     let snapshot = Snapshot {
         meta,
         snapshot: Cursor::new(data),
