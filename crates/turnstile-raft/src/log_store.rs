@@ -10,6 +10,7 @@ mod codec;
 mod disk;
 mod flusher;
 pub mod histogram;
+pub mod mark;
 mod purger;
 #[cfg(test)]
 mod tests;
@@ -52,6 +53,7 @@ use self::codec::key_range;
 use self::disk::open_db;
 use self::disk::sync_store_files;
 use self::flusher::Flusher;
+use self::flusher::MarkSource;
 use self::flusher::SyncCounters;
 use self::flusher::WaitKind;
 use self::flusher::Waiter;
@@ -115,6 +117,20 @@ pub enum LogStoreError {
     /// A file or directory of the store could not be opened or fsynced at open.
     #[error("cannot open or sync {path}: {source}")]
     SyncFile { path: PathBuf, source: io::Error },
+    /// The store reopened with its committed index below the sync mark (`mark.rs`): sled
+    /// dropped writes that had been synced, which a crash cannot do and a damaged byte can.
+    #[error(
+        "log store at {path} lost writes it had synced: its committed index is {committed}, but \
+         {marked} was synced (a damaged byte in the log: sled drops everything written after \
+         it). This node's log cannot be trusted: move its data dir aside, start it empty with \
+         --initial-cluster-state existing and re-add it (`turnstile member remove`, `member \
+         add`, `member promote`; docs/operations.md, \"Replacing a node\")"
+    )]
+    LostSynced {
+        path: PathBuf,
+        committed: u64,
+        marked: u64,
+    },
     /// Stored metadata or entries could not be read back at open.
     #[error("log store at {path} is unreadable: {source}")]
     Corrupt { path: PathBuf, source: io::Error },
@@ -209,8 +225,22 @@ impl<C: RaftTypeConfig> SledLogStore<C> {
         let meta = open_tree(META_TREE)?;
         let db_file = sync_store_files(dir)?;
         let counters = Arc::new(SyncCounters::default());
-        let flusher = Flusher::spawn(db, db_file, Arc::clone(&counters), on_sync_failure)
-            .map_err(|source| LogStoreError::SpawnFlusher { source })?;
+        let marked = mark::read(dir).map_err(|source| LogStoreError::Corrupt {
+            path: dir.join(mark::MARK_FILE),
+            source,
+        })?;
+        let mark_source = MarkSource {
+            dir: dir.to_path_buf(),
+            meta: meta.clone(),
+        };
+        let flusher = Flusher::spawn(
+            db,
+            db_file,
+            mark_source,
+            Arc::clone(&counters),
+            on_sync_failure,
+        )
+        .map_err(|source| LogStoreError::SpawnFlusher { source })?;
         let write_order = Arc::new(Mutex::new(()));
         let purger = purger::Purger::spawn(log.clone(), Arc::clone(&write_order))
             .map_err(|source| LogStoreError::SpawnPurger { source })?;
@@ -231,6 +261,23 @@ impl<C: RaftTypeConfig> SledLogStore<C> {
                 path: dir.to_path_buf(),
                 source,
             })?;
+        if let Some(marked) = marked {
+            let committed = store
+                .read_meta::<Option<LogIdOf<C>>>(KEY_COMMITTED)
+                .map_err(|source| LogStoreError::Corrupt {
+                    path: dir.to_path_buf(),
+                    source,
+                })?
+                .flatten()
+                .map_or(0, |l| l.index());
+            if committed < marked {
+                return Err(LogStoreError::LostSynced {
+                    path: dir.to_path_buf(),
+                    committed,
+                    marked,
+                });
+            }
+        }
         Ok(store)
     }
 

@@ -1,9 +1,11 @@
 //! The log store's flusher thread: group commit for `SledLogStore`. Writers queue `IOFlushed`
 //! callbacks here; the thread takes every queued callback, makes them durable with ONE
-//! `db.flush()` + ONE `fdatasync`, and completes them in queue order.
+//! `db.flush()` + ONE `fdatasync`, and completes them in queue order. After a sync it writes
+//! the sync mark (`mark.rs`) when one is due.
 
 use std::fs::File;
 use std::io;
+use std::path::PathBuf;
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -12,13 +14,16 @@ use std::sync::Mutex;
 use std::sync::MutexGuard;
 use std::sync::PoisonError;
 use std::thread::JoinHandle;
+use std::time::Duration;
 use std::time::Instant;
 
+use openraft::alias::LogIdOf;
 use openraft::storage::IOFlushed;
 use openraft::RaftTypeConfig;
 
 use super::histogram::micros;
 use super::histogram::SyncHistograms;
+use super::mark;
 
 /// Name of the flusher thread, as shown by `top -H` and in panics.
 const THREAD_NAME: &str = "turnstile-log-flusher";
@@ -111,21 +116,41 @@ impl<C: RaftTypeConfig> Queue<C> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Blocks until there is work, then takes all of it. `None` means "stop": the store is gone
-    /// and every waiter queued before that has been handed out.
-    fn take_all(&self) -> Option<Vec<Waiter<C>>> {
+    /// Blocks until there is work, then takes all of it; with `sleep_max`, returns an empty
+    /// batch once that has passed with no work. `None` means "stop": the store is gone and
+    /// every waiter queued before that has been handed out.
+    fn take_all(&self, sleep_max: Option<Duration>) -> Option<Vec<Waiter<C>>> {
+        let deadline = sleep_max.map(|d| Instant::now() + d);
         let mut state = self.lock();
         while state.waiters.is_empty() && !state.stopping {
-            state = self
-                .ready
-                .wait(state)
-                .unwrap_or_else(PoisonError::into_inner);
+            state = match deadline {
+                None => self
+                    .ready
+                    .wait(state)
+                    .unwrap_or_else(PoisonError::into_inner),
+                Some(deadline) => {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return Some(Vec::new());
+                    }
+                    self.ready
+                        .wait_timeout(state, left)
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .0
+                }
+            };
         }
         if state.waiters.is_empty() {
             return None;
         }
         Some(std::mem::take(&mut state.waiters))
     }
+}
+
+/// Where the flusher writes the sync mark, and the tree it reads the committed index from.
+pub(super) struct MarkSource {
+    pub(super) dir: PathBuf,
+    pub(super) meta: sled::Tree,
 }
 
 /// Owner of the flusher thread. Dropping it (with the last store handle) stops the thread after
@@ -140,6 +165,7 @@ impl<C: RaftTypeConfig> Flusher<C> {
     pub(super) fn spawn(
         db: sled::Db,
         db_file: File,
+        mark: MarkSource,
         counters: Arc<SyncCounters>,
         on_failure: SyncFailure,
     ) -> io::Result<Self> {
@@ -154,7 +180,7 @@ impl<C: RaftTypeConfig> Flusher<C> {
         let thread_queue = Arc::clone(&queue);
         let thread = std::thread::Builder::new()
             .name(THREAD_NAME.to_owned())
-            .spawn(move || run(&thread_queue, &db, &db_file, &counters, on_failure))?;
+            .spawn(move || run(&thread_queue, &db, &db_file, &mark, &counters, on_failure))?;
         Ok(Self {
             queue,
             thread: Some(thread),
@@ -200,24 +226,101 @@ fn run<C: RaftTypeConfig>(
     queue: &Queue<C>,
     db: &sled::Db,
     db_file: &File,
+    mark: &MarkSource,
     counters: &SyncCounters,
     on_failure: SyncFailure,
 ) {
     let _close = CloseOnExit(queue);
     let mut failure: Option<(io::ErrorKind, String)> = None;
-    while let Some(waiters) = queue.take_all() {
-        if failure.is_none() {
-            let started = Instant::now();
-            if let Err(err) = sync(db, db_file, counters) {
-                failure = judge_failure(&err, waiters.len(), on_failure);
-            }
+    let mut marks = MarkState::default();
+    while let Some(waiters) = queue.take_all(marks.sleep_max()) {
+        if failure.is_some() {
+            complete(waiters, failure.as_ref(), counters);
+            continue;
+        }
+        let due = marks.due();
+        // Read before the sync, so that the mark claims only what this sync covers.
+        let committed = due.then(|| committed_index::<C>(&mark.meta)).flatten();
+        if waiters.is_empty() && !marks.is_news(committed) {
+            // Woken for a mark with nothing new to mark: no sync needed.
+            marks.marked(None);
+            continue;
+        }
+        let started = Instant::now();
+        if let Err(err) = sync(db, db_file, counters) {
+            failure = judge_failure(&err, waiters.len(), on_failure);
+        }
+        if !waiters.is_empty() {
             let h = &counters.histograms;
             h.sync_us.observe(micros(started.elapsed()));
             h.sync_batch_entries
                 .observe(waiters.iter().map(|w| w.entries).sum());
         }
         complete(waiters, failure.as_ref(), counters);
+        // After the callbacks: the mark's own fsync delays no acknowledgement.
+        if failure.is_none() {
+            marks.synced();
+            if due {
+                let to_write = committed.filter(|&c| marks.is_news(Some(c)));
+                if let Some(c) = to_write {
+                    if let Err(e) = mark::write(&mark.dir, c) {
+                        tracing::warn!(error = %e, "cannot write the log's sync mark; damage to the synced log may go unnoticed at the next start");
+                    }
+                }
+                marks.marked(to_write);
+            }
+        }
     }
+}
+
+/// When the flusher last wrote the sync mark, what it said, and whether a sync since then is
+/// not covered by it. A pending sync wakes the flusher when the next mark is due even if no
+/// write comes, so the mark catches up with the last writes before a quiet spell.
+#[derive(Default)]
+struct MarkState {
+    at: Option<Instant>,
+    committed: u64,
+    unmarked_sync: bool,
+}
+
+impl MarkState {
+    const INTERVAL: Duration = Duration::from_millis(mark::MARK_INTERVAL_MS);
+
+    fn due(&self) -> bool {
+        self.at.is_none_or(|t| t.elapsed() >= Self::INTERVAL)
+    }
+
+    /// How long the flusher may sleep with nothing queued.
+    fn sleep_max(&self) -> Option<Duration> {
+        self.unmarked_sync.then(|| {
+            self.at.map_or(Duration::ZERO, |t| {
+                Self::INTERVAL.saturating_sub(t.elapsed())
+            })
+        })
+    }
+
+    fn is_news(&self, committed: Option<u64>) -> bool {
+        committed.is_some_and(|c| c > self.committed)
+    }
+
+    fn synced(&mut self) {
+        self.unmarked_sync = true;
+    }
+
+    fn marked(&mut self, committed: Option<u64>) {
+        self.at = Some(Instant::now());
+        self.unmarked_sync = false;
+        if let Some(c) = committed {
+            self.committed = c;
+        }
+    }
+}
+
+/// The committed index as sled holds it now, if any.
+fn committed_index<C: RaftTypeConfig>(meta: &sled::Tree) -> Option<u64> {
+    let bytes = meta.get(super::KEY_COMMITTED).ok()??;
+    let committed: Option<LogIdOf<C>> = super::codec::decode(&bytes).ok()?;
+    committed.map(|l| l.index())
 }
 
 /// Acts on a failed sync by `on_failure`; returns the failure every later waiter gets, if any.

@@ -1,7 +1,7 @@
 //! The CLI against real `turnstile` processes (lock, elect, operations, the fsync check under
-//! strace, a full disk on a tmpfs, the README binary's lack of test hooks), the docs' console
-//! examples against a `turnstile dev` cluster, and their `sh` examples on machines of their own
-//! (namespaces), linked as one test executable.
+//! strace, a full disk on a tmpfs, damaged bytes in a snapshot or the log, the README binary's
+//! lack of test hooks), the docs' console examples against a `turnstile dev` cluster, and their
+//! `sh` examples on machines of their own (namespaces), linked as one test executable.
 
 mod common;
 
@@ -10,6 +10,7 @@ mod cli_elect;
 mod cli_lock;
 mod cli_ops;
 mod cli_ranges;
+mod disk_corrupt;
 mod disk_full;
 mod docs_console;
 mod docs_sh;
