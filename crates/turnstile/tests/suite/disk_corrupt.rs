@@ -38,6 +38,27 @@ fn snapshot_file(data: &Path) -> anyhow::Result<PathBuf> {
     snaps.pop().context("no snapshot")
 }
 
+/// Starts the server on the damaged data dir: it must exit non-zero, saying `says` (the first
+/// is what its line is found by) and how to re-add the node.
+fn refuses_to_start(dir: &Path, listen: &str, says: &[&str]) -> anyhow::Result<()> {
+    let mut server = start_server(dir, listen)?;
+    let status = server.wait_exit()?;
+    let log = std::fs::read_to_string(dir.join("server.log"))?;
+    ensure!(!status.success(), "started from damaged data:\n{log}");
+    for said in says.iter().chain(&["re-add", "Replacing a node"]) {
+        ensure!(
+            log.contains(said),
+            "the refusal does not say {said:?}:\n{log}"
+        );
+    }
+    let line = log
+        .lines()
+        .find(|l| l.contains(says[0]))
+        .unwrap_or_default();
+    println!("refused ({status}): {line}");
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flipped_byte_in_a_snapshot_is_refused_not_served() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
@@ -77,22 +98,8 @@ async fn a_flipped_byte_in_a_snapshot_is_refused_not_served() -> anyhow::Result<
     bytes[at] ^= b'A' ^ b'a';
     std::fs::write(&path, &bytes)?;
 
-    let mut server = start_server(dir.path(), &listen)?;
-    let status = server.wait_exit()?;
-    let log = std::fs::read_to_string(dir.path().join("server.log"))?;
-    ensure!(!status.success(), "started from a corrupt snapshot:\n{log}");
     let name = path.file_name().context("name")?.to_string_lossy();
-    for says in [name.as_ref(), "corrupt", "re-add", "Replacing a node"] {
-        ensure!(
-            log.contains(says),
-            "the refusal does not say {says:?}:\n{log}"
-        );
-    }
-    let said = log
-        .lines()
-        .find(|l| l.contains("corrupt"))
-        .unwrap_or_default();
-    println!("refused ({status}): {said}");
+    refuses_to_start(dir.path(), &listen, &["corrupt", name.as_ref()])?;
 
     // Negative control: no frame, no hash; the flipped byte is served.
     std::fs::write(&path, &bytes[FRAME_HEADER_BYTES..])?;
@@ -174,21 +181,7 @@ async fn a_flipped_byte_in_the_synced_log_is_refused_not_forgotten() -> anyhow::
     bytes[at] ^= 0x20;
     std::fs::write(&db, &bytes)?;
 
-    let mut server = start_server(dir.path(), &listen)?;
-    let status = server.wait_exit()?;
-    let log = std::fs::read_to_string(dir.path().join("server.log"))?;
-    ensure!(!status.success(), "started from a damaged log:\n{log}");
-    for says in ["lost writes it had synced", "re-add", "Replacing a node"] {
-        ensure!(
-            log.contains(says),
-            "the refusal does not say {says:?}:\n{log}"
-        );
-    }
-    let said = log
-        .lines()
-        .find(|l| l.contains("lost writes"))
-        .unwrap_or_default();
-    println!("refused ({status}): {said}");
+    refuses_to_start(dir.path(), &listen, &["lost writes it had synced"])?;
 
     // Negative control: without the mark the same log opens, short of acknowledged writes.
     std::fs::remove_file(log_dir.join(MARK_FILE))?;

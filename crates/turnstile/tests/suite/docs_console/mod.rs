@@ -408,7 +408,7 @@ fn run_file(file: &str, show: bool) -> anyhow::Result<usize> {
 }
 
 /// README.md and every docs/*.md, sorted.
-pub(crate) fn doc_files() -> anyhow::Result<Vec<String>> {
+fn doc_files() -> anyhow::Result<Vec<String>> {
     let mut files = vec!["README.md".to_string()];
     let mut docs: Vec<PathBuf> = std::fs::read_dir(Path::new(ROOT).join("docs"))?
         .map(|e| e.map(|e| e.path()))
@@ -423,8 +423,13 @@ pub(crate) fn doc_files() -> anyhow::Result<Vec<String>> {
     Ok(files)
 }
 
-#[test]
-fn every_console_example_in_the_docs_runs_as_shown() -> anyhow::Result<()> {
+/// Runs `run_file(file, show)` on every doc file, or on `TURNSTILE_DOCS_FILE` alone, with
+/// `show` from `TURNSTILE_DOCS_SHOW`; fails with every file's failure. Returns the commands
+/// run per file that ran any, or `None` if only one file was asked for.
+pub(crate) fn run_doc_files(
+    what: &str,
+    run_file: fn(&str, bool) -> anyhow::Result<usize>,
+) -> anyhow::Result<Option<BTreeMap<String, usize>>> {
     let show = std::env::var_os("TURNSTILE_DOCS_SHOW").is_some();
     let only = std::env::var("TURNSTILE_DOCS_FILE").ok();
     let mut ran = BTreeMap::new();
@@ -441,9 +446,14 @@ fn every_console_example_in_the_docs_runs_as_shown() -> anyhow::Result<()> {
             Err(e) => failures.push(format!("{file}: {e:#}")),
         }
     }
-    println!("console examples run (commands per file): {ran:?}");
+    println!("{what} examples run (commands per file): {ran:?}");
     ensure!(failures.is_empty(), "{}", failures.join("\n\n"));
-    if only.is_none() {
+    Ok(only.is_none().then_some(ran))
+}
+
+#[test]
+fn every_console_example_in_the_docs_runs_as_shown() -> anyhow::Result<()> {
+    if let Some(ran) = run_doc_files("console", run_file)? {
         ensure!(
             ran.get("README.md").is_some_and(|&n| n >= 10),
             "the README's session did not run: {ran:?}"

@@ -328,25 +328,7 @@ fn node_logs(world: &World) -> String {
 
 #[test]
 fn every_sh_example_in_the_docs_runs() -> anyhow::Result<()> {
-    let show = std::env::var_os("TURNSTILE_DOCS_SHOW").is_some();
-    let only = std::env::var("TURNSTILE_DOCS_FILE").ok();
-    let mut ran = BTreeMap::new();
-    let mut failures = Vec::new();
-    for file in crate::docs_console::doc_files()? {
-        if only.as_ref().is_some_and(|o| *o != file) {
-            continue;
-        }
-        match run_file(&file, show) {
-            Ok(0) => {}
-            Ok(n) => {
-                ran.insert(file, n);
-            }
-            Err(e) => failures.push(format!("{file}: {e:#}")),
-        }
-    }
-    println!("sh examples run (commands per file): {ran:?}");
-    ensure!(failures.is_empty(), "{}", failures.join("\n\n"));
-    if only.is_none() {
+    if let Some(ran) = crate::docs_console::run_doc_files("sh", run_file)? {
         for file in ["README.md", "docs/operations.md", "docs/security.md"] {
             ensure!(
                 ran.contains_key(file),
