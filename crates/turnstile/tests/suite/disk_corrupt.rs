@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, ensure, Context};
 use serde_json::{json, Value};
-use turnstile_raft::log_store::mark::MARK_FILE;
+use turnstile_raft::log_store::mark::{self, MARK_FILE};
 use turnstile_raft::snapshot_files::FRAME_HEADER_BYTES;
 
 use crate::common::*;
@@ -151,19 +151,14 @@ async fn a_flipped_byte_in_the_synced_log_is_refused_not_forgotten() -> anyhow::
     // A mark past the entry the flip lands in: that entry was synced, with writes after it.
     let deadline = std::time::Instant::now() + std::time::Duration::from_millis(WAIT_MS_MAX);
     loop {
-        let text = std::fs::read_to_string(log_dir.join(MARK_FILE)).unwrap_or_default();
-        let marked: u64 = text
-            .trim()
-            .trim_start_matches("committed ")
-            .parse()
-            .unwrap_or(0);
+        let marked = mark::read(&log_dir)?.unwrap_or(0);
         if marked > flip_revision {
             println!("sync mark at committed index {marked}; the flip is in entry {flip_revision}");
             break;
         }
         ensure!(
             std::time::Instant::now() < deadline,
-            "no sync mark passed {flip_revision}: {text:?}"
+            "no sync mark passed {flip_revision}: {marked}"
         );
         tokio::time::sleep(std::time::Duration::from_millis(POLL_MS)).await;
     }

@@ -41,11 +41,13 @@ docs_running() { # HOST
     [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null
 }
 
-docs_on_machine() { # HOST CMD...: runs CMD with HOST's disk at /var/lib/turnstile
+docs_on_machine() { # HOST CMD...: becomes CMD with HOST's disk at /var/lib/turnstile
+    # It execs, so call it in a subshell: `( ... )`, or in the background, where $! is then
+    # CMD itself (unshare and sh exec into it).
     local disk="$DOCS_W/machines/$1"
     shift
     mkdir -p "$disk"
-    unshare --mount --propagation private -- \
+    exec unshare --mount --propagation private -- \
         sh -c 'mount --bind "$0" /var/lib/turnstile && exec "$@"' "$disk" "$@"
 }
 
@@ -59,11 +61,7 @@ docs_start() { # HOST ARGS...: a node on HOST (replacing the one running there)
         kill -KILL "$pid" 2>/dev/null || true
         rm -rf "${DOCS_W:?}/machines/$host"
     fi
-    mkdir -p "$DOCS_W/machines/$host"
-    # A simple command, so that $! is the node itself (unshare and sh exec into it).
-    unshare --mount --propagation private -- \
-        sh -c 'mount --bind "$0" /var/lib/turnstile && exec "$@"' "$DOCS_W/machines/$host" \
-        "$DOCS_BIN" "$@" >>"$DOCS_W/logs/$host.log" 2>&1 &
+    docs_on_machine "$host" "$DOCS_BIN" "$@" >>"$DOCS_W/logs/$host.log" 2>&1 &
     echo $! >"$pidfile"
 }
 
@@ -137,7 +135,7 @@ docs_restore() { # restore ARGS...
         echo "docs: restore on ${addr%:*}, where a node runs" >&2
         return 1
     fi
-    docs_on_machine "${addr%:*}" "$DOCS_BIN" "$@"
+    (docs_on_machine "${addr%:*}" "$DOCS_BIN" "$@")
 }
 
 turnstile() {
