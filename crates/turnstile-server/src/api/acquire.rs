@@ -141,8 +141,12 @@ pub async fn run_queued(
     {
         Ok(written) => written,
         Err(e) => {
-            // A definite refusal queued nothing; an unknown outcome may have queued us.
-            w.armed = !matches!(e, ApiError::Apply(_));
+            // A definite refusal queued nothing. An unknown outcome may have queued us: a wait
+            // the client named stays queued, because the answer (`504 indeterminate`) tells the
+            // client to resend the same request_id, which re-attaches to it (cancelling it made
+            // that resend answer `wait_timeout` long before `wait_ms`; CI, 2026-12-02). A wait
+            // with a node-made id can never be found again, so it is cancelled.
+            w.armed = !matches!(e, ApiError::Apply(_)) && !retryable;
             return Err(e);
         }
     };

@@ -331,8 +331,15 @@ pub fn long_http(cluster: &ProcCluster) -> anyhow::Result<reqwest::Client> {
         .build()?)
 }
 
+/// Sends of one waiting acquire at most: the first and its resends.
+const ACQUIRE_SENDS_MAX: u32 = 5;
+
 /// A waiting acquire at `endpoint` (`http://ip:port`): status and body. The `request_id`
-/// makes it retry-safe, and names the wait in the node logs.
+/// makes it retry-safe, and names the wait in the node logs. An answer that leaves the outcome
+/// unknown (`504 indeterminate`, `503 no_quorum`: a loaded or cut-off leader) is resent with the
+/// same `request_id`, as the docs tell every client to (locking.md, "request_id and retries"):
+/// the resend re-attaches to the queued wait or returns its outcome. Each resend is printed,
+/// so a test's output shows how often the cluster could not answer.
 pub async fn acquire_wait(
     http: &reqwest::Client,
     endpoint: &str,
@@ -340,22 +347,35 @@ pub async fn acquire_wait(
     lease_id: u64,
     wait_ms: u64,
 ) -> anyhow::Result<(u16, Value)> {
+    let request_id = format!("story-{lock}-{lease_id}");
     let body = json!({
         "lease_id": lease_id,
         "wait_ms": wait_ms,
-        "request_id": format!("story-{lock}-{lease_id}"),
+        "request_id": request_id,
     });
-    let resp = http
-        .post(format!("{endpoint}/v1/locks/{lock}/acquire"))
-        .json(&body)
-        .send()
-        .await?;
-    let code = resp.status().as_u16();
-    let text = resp.text().await?;
-    Ok((
-        code,
-        serde_json::from_str(&text).unwrap_or(Value::String(text)),
-    ))
+    let mut sends = 0;
+    loop {
+        sends += 1;
+        let resp = http
+            .post(format!("{endpoint}/v1/locks/{lock}/acquire"))
+            .json(&body)
+            .send()
+            .await?;
+        let code = resp.status().as_u16();
+        let text = resp.text().await?;
+        let v = serde_json::from_str(&text).unwrap_or(Value::String(text));
+        let unknown = matches!(
+            (code, v["code"].as_str()),
+            (504, Some("indeterminate")) | (503, Some("no_quorum"))
+        );
+        if !unknown || sends == ACQUIRE_SENDS_MAX {
+            return Ok((code, v));
+        }
+        eprintln!(
+            "{request_id}: {code} {v}; resending it (send {})",
+            sends + 1
+        );
+    }
 }
 
 /// A `lost reason=R at_ms=T` line of a holder.
