@@ -46,6 +46,8 @@ pub struct App {
     leader_contact: LeaderContact,
     /// The data dir's free space against `--disk-reserve-mb` (`crate::disk_space`).
     pub disk: crate::disk_space::DiskSpace,
+    /// Who led the recent terms, as this node learned (`crate::term_leaders`).
+    pub term_leaders: crate::term_leaders::TermLeaders,
 }
 
 /// The last time a leader's append was accepted here, in ms since the node started (0:
@@ -104,6 +106,7 @@ impl App {
             readiness: Default::default(),
             leader_contact: Default::default(),
             disk,
+            term_leaders: Default::default(),
         };
         app.raft.runtime_config().elect(phase.may_vote());
         app

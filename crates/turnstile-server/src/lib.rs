@@ -59,6 +59,7 @@ pub mod readiness;
 pub mod routing;
 pub mod serve;
 pub mod snapshot_policy;
+pub mod term_leaders;
 pub mod tls;
 pub mod views;
 pub mod waiters;

@@ -205,7 +205,7 @@ pub async fn start(
         tokio::spawn(driver::run_deadlock_checks(app.clone(), stop_rx.clone())),
         tokio::spawn(crate::acks::run_flush(app.clone(), stop_rx.clone())),
         tokio::spawn(crate::snapshot_policy::run(app.clone(), stop_rx.clone())),
-        metrics.spawn_raft_watch(app.raft.clone(), stop_rx.clone()),
+        metrics.spawn_raft_watch(app.raft.clone(), app.term_leaders.clone(), stop_rx.clone()),
         tokio::spawn(bootstrap::run(app.clone(), stop_rx.clone())),
     ];
     if let Some(state) = tls {

@@ -112,7 +112,8 @@ pub struct NemesisWindow {
     pub minority: Vec<u64>,
 }
 
-/// "Node `node` reported itself leader of `term` at `time_ns`" (from polling `/v1/cluster`).
+/// "Node `node` led `term`", first seen at `time_ns` (from polling `/v1/cluster`: a node
+/// reporting itself leader, or naming the leader of a recent term in `recent_leaders`).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 pub struct LeaderObservation {
     pub time_ns: TimeNs,

@@ -318,9 +318,12 @@ fn run_dir(cfg: &RunConfig) -> anyhow::Result<PathBuf> {
 }
 
 /// Polls every node's `/v1/cluster` until the fault phase ends and records who leads which
-/// term (the minority check attributes each grant's term to its leader). Each node has its own
-/// loop: polled in turn, a cut-off node's timeout delayed the others, and a short term that
-/// granted a lock went unobserved (an `Unknown` in lock-minority-grants, 2026-12-02).
+/// term (the minority check attributes each grant's term to its leader): the node's own role,
+/// and its `recent_leaders`, the leaders of the last terms it knew. Each node has its own
+/// loop: polled in turn, a cut-off node's timeout delayed the others. A term that began and
+/// ended between two polls went unobserved from roles alone (an `Unknown` in
+/// lock-minority-grants, CI 2026-12-02); a term that committed a grant was known to a majority,
+/// and their `recent_leaders` keep it.
 async fn monitor(rec: Recorder, http: Http, endpoints: Vec<String>, deadline: Instant) {
     let client = http.inner().clone();
     let loops = endpoints.into_iter().enumerate().map(|(i, e)| {
@@ -334,6 +337,13 @@ async fn monitor(rec: Recorder, http: Http, endpoints: Vec<String>, deadline: In
                     if let Ok(v) = resp.json::<serde_json::Value>().await {
                         if let (true, Some(term)) = (v["state"] == "Leader", v["term"].as_u64()) {
                             rec.leader(i as u64 + 1, term);
+                        }
+                        for known in v["recent_leaders"].as_array().into_iter().flatten() {
+                            if let (Some(term), Some(node)) =
+                                (known["term"].as_u64(), known["leader_id"].as_u64())
+                            {
+                                rec.leader(node, term);
+                            }
                         }
                     }
                 }

@@ -277,6 +277,9 @@ pub struct ClusterAnswer {
     pub fenced_rejections: u64,
     pub request_records: RecordsAnswer,
     pub acks_dropped: u64,
+    /// The leaders of the last 32 terms this node knew a leader for, oldest first: terms it
+    /// led, or in which it accepted an append from the leader.
+    pub recent_leaders: Vec<crate::term_leaders::TermLeader>,
 }
 
 /// `POST /v1/admin/snapshot`.

@@ -110,6 +110,7 @@ pub async fn cluster(
         fenced_rejections: app.stats.fenced_rejections.load(Ordering::Relaxed),
         request_records: records,
         acks_dropped: app.acks.dropped(),
+        recent_leaders: app.term_leaders.recent(),
     }))
 }
 

@@ -36,6 +36,7 @@ use turnstile_raft::types::Raft;
 use crate::app::App;
 use crate::config::NodeConfig;
 use crate::error::ApiError;
+use crate::term_leaders::TermLeaders;
 
 pub mod books;
 pub mod connections;
@@ -117,9 +118,15 @@ impl NodeMetrics {
         self.locks.clone()
     }
 
-    /// Hooks into `raft` and counts leader changes until it stops or `stop` fires.
-    pub fn spawn_raft_watch(&self, raft: Raft, stop: watch::Receiver<bool>) -> JoinHandle<()> {
-        tokio::spawn(raft::watch_leaders(raft, self.raft.clone(), stop))
+    /// Hooks into `raft`, counts leader changes and records them in `leaders` until it stops
+    /// or `stop` fires.
+    pub fn spawn_raft_watch(
+        &self,
+        raft: Raft,
+        leaders: TermLeaders,
+        stop: watch::Receiver<bool>,
+    ) -> JoinHandle<()> {
+        tokio::spawn(raft::watch_leaders(raft, self.raft.clone(), leaders, stop))
     }
 
     /// The whole exposition of this node now.

@@ -1,7 +1,8 @@
 //! Raft metrics that need watching rather than sampling: openraft's `MetricsRecorder` hook
 //! reports what only its core sees (entries per client-write, append and apply batch; vote and
 //! append-entries requests; heartbeats), and a task watching `Raft::metrics()` counts leader
-//! changes, which a scrape every 15 s would miss. Point-in-time figures (term, indexes, state,
+//! changes, which a scrape every 15 s would miss, and records who led each term
+//! (`crate::term_leaders`). Point-in-time figures (term, indexes, state,
 //! membership) are read at scrape time in `scrape.rs`.
 
 use std::sync::Arc;
@@ -13,6 +14,8 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use tokio::sync::watch;
 use turnstile_raft::types::Raft;
+
+use crate::term_leaders::TermLeaders;
 
 /// Entries-per-batch buckets: powers of two up to 4096.
 const BATCH_ENTRIES_BUCKETS: [f64; 13] = [
@@ -129,11 +132,13 @@ impl MetricsRecorder for RaftRecorder {
     }
 }
 
-/// Installs `recorder` in Raft, then counts leader changes until Raft stops or `stop` fires.
-/// Keeps only the metrics receiver, not the `Raft` handle, so it never holds Raft open.
+/// Installs `recorder` in Raft, then counts leader changes and records each `(term, leader)`
+/// in `leaders` until Raft stops or `stop` fires. Keeps only the metrics receiver, not the
+/// `Raft` handle, so it never holds Raft open.
 pub async fn watch_leaders(
     raft: Raft,
     recorder: Arc<RaftRecorder>,
+    leaders: TermLeaders,
     mut stop: watch::Receiver<bool>,
 ) {
     let mut rx = raft.metrics();
@@ -148,8 +153,9 @@ pub async fn watch_leaders(
             let m = rx.borrow_watched();
             m.current_leader.map(|leader| (m.current_term, leader))
         };
-        if seen.is_some() && seen != last {
+        if let (Some((term, leader)), true) = (seen, seen != last) {
             recorder.leader_changes.inc();
+            leaders.record(term, leader);
             last = seen;
         }
         tokio::select! {
