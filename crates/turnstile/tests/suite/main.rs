@@ -1,6 +1,6 @@
 //! The CLI against real `turnstile` processes (lock, elect, operations, the fsync check under
-//! strace, a full disk on a tmpfs, damaged bytes in a snapshot or the log, the README binary's
-//! lack of test hooks), the docs' console examples against a `turnstile dev` cluster, and their
+//! strace, a full disk on a tmpfs, damaged bytes in a snapshot or the log, a log torn by a
+//! crash, the README binary's lack of test hooks), the docs' console examples against a `turnstile dev` cluster, and their
 //! `sh` examples on machines of their own (namespaces), linked as one test executable.
 
 mod common;
@@ -12,6 +12,7 @@ mod cli_ops;
 mod cli_ranges;
 mod disk_corrupt;
 mod disk_full;
+mod disk_torn;
 mod docs_console;
 mod docs_sh;
 mod fsync_strace;
