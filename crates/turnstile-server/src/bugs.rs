@@ -26,13 +26,15 @@ pub struct Bugs {
     /// A failed log sync is treated as a success: the node acknowledges and carries on
     /// (`turnstile_raft::log_store::SyncFailure::Ignore`).
     pub ignore_sync_failure: bool,
+    /// Raft's core stopping on an error leaves the process up without Raft (`raft_fatal.rs`).
+    pub survive_raft_failure: bool,
 }
 
 /// Why `TURNSTILE_BUGS` was refused.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum BugsError {
     #[error(
-        "unknown bug switch {0:?} (known: skip-fence, local-reads, skip-dedup, grant-due-waiters, ignore-sync-failure)"
+        "unknown bug switch {0:?} (known: skip-fence, local-reads, skip-dedup, grant-due-waiters, ignore-sync-failure, survive-raft-failure)"
     )]
     Unknown(String),
     /// Also what `turnstile serve` answers in a build where another workspace member turned
@@ -54,6 +56,7 @@ impl Bugs {
                 "skip-dedup" => bugs.skip_dedup = true,
                 "grant-due-waiters" => bugs.grant_due_waiters = true,
                 "ignore-sync-failure" => bugs.ignore_sync_failure = true,
+                "survive-raft-failure" => bugs.survive_raft_failure = true,
                 other => return Err(BugsError::Unknown(other.to_string())),
             }
         }
@@ -106,6 +109,12 @@ impl Bugs {
         turnstile_raft::log_store::SyncFailure::ExitProcess
     }
 
+    /// Whether the process exits when Raft's core stops on an error (not with
+    /// `survive-raft-failure`).
+    pub fn exit_on_raft_failure(&self) -> bool {
+        !self.survive_raft_failure
+    }
+
     /// Applies the write-path switches to a write about to be routed to the leader.
     pub fn break_write(
         &self,
@@ -130,6 +139,7 @@ impl fmt::Display for Bugs {
             (self.skip_dedup, "skip-dedup"),
             (self.grant_due_waiters, "grant-due-waiters"),
             (self.ignore_sync_failure, "ignore-sync-failure"),
+            (self.survive_raft_failure, "survive-raft-failure"),
         ]
         .iter()
         .filter(|(on, _)| *on)

@@ -22,6 +22,12 @@ impl Bugs {
         turnstile_raft::log_store::SyncFailure::ExitProcess
     }
 
+    /// Raft's core stopping on an error stops the process.
+    #[inline(always)]
+    pub fn exit_on_raft_failure(&self) -> bool {
+        true
+    }
+
     /// The write, unchanged.
     #[inline(always)]
     pub fn break_write(

@@ -16,7 +16,9 @@
 //!   range reads (keys, locks, leases); [`proto`]: node-to-node messages.
 //! - [`backup`]: backup files and restoring a new cluster from one.
 //! - [`drain`]: the graceful stop's leader hand-over; [`readiness`]: what `/readyz` checks.
-//! - [`disk_space`]: writes refused while the data dir's free space is below the reserve.
+//! - [`disk_space`]: writes refused while the data dir's free space is below the reserve;
+//!   [`raft_fatal`]: the process exits when Raft's core stops on an error.
+//! - [`term_leaders`]: who led each recent term, as this node learned (`/v1/cluster`).
 //! - [`driver`]: leader ticks, expiry, cluster id; [`bootstrap`]: forming a new cluster;
 //!   [`snapshot_policy`]: when to snapshot, by the state's size.
 //! - [`clock`]: the leader's monotonic `sm_time` source; [`waiters`]: queued acquires held
@@ -54,6 +56,7 @@ pub mod metrics;
 pub mod node;
 pub mod peer_api;
 pub mod proto;
+pub mod raft_fatal;
 pub mod ranges;
 pub mod readiness;
 pub mod routing;

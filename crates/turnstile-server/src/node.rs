@@ -205,6 +205,10 @@ pub async fn start(
         tokio::spawn(driver::run_deadlock_checks(app.clone(), stop_rx.clone())),
         tokio::spawn(crate::acks::run_flush(app.clone(), stop_rx.clone())),
         tokio::spawn(crate::snapshot_policy::run(app.clone(), stop_rx.clone())),
+        tokio::spawn(crate::raft_fatal::exit_when_raft_fails(
+            app.clone(),
+            stop_rx.clone(),
+        )),
         metrics.spawn_raft_watch(app.raft.clone(), app.term_leaders.clone(), stop_rx.clone()),
         tokio::spawn(bootstrap::run(app.clone(), stop_rx.clone())),
     ];
