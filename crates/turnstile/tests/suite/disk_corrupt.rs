@@ -69,12 +69,7 @@ async fn a_flipped_byte_in_a_snapshot_is_refused_not_served() -> anyhow::Result<
 
     let mut server = start_server(dir.path(), &listen)?;
     wait_for_leader(&mut server, &http, &base, dir.path()).await?;
-    let put = http
-        .put(format!("{base}/v1/kv/probe"))
-        .json(&json!({ "value": WRITTEN }))
-        .send()
-        .await?;
-    ensure!(put.status().is_success(), "put: {}", put.text().await?);
+    put_value(&http, &base, "probe", WRITTEN).await?;
     let snap = http
         .post(format!("{base}/v1/admin/snapshot"))
         .json(&json!({}))
@@ -116,20 +111,6 @@ async fn a_flipped_byte_in_a_snapshot_is_refused_not_served() -> anyhow::Result<
     Ok(())
 }
 
-async fn put(http: &reqwest::Client, base: &str, key: &str, value: &str) -> anyhow::Result<Value> {
-    let resp = http
-        .put(format!("{base}/v1/kv/{key}"))
-        .json(&json!({ "value": value }))
-        .send()
-        .await?;
-    ensure!(
-        resp.status().is_success(),
-        "put {key}: {}",
-        resp.text().await?
-    );
-    Ok(resp.json().await?)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flipped_byte_in_the_synced_log_is_refused_not_forgotten() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
@@ -143,7 +124,7 @@ async fn a_flipped_byte_in_the_synced_log_is_refused_not_forgotten() -> anyhow::
     let mut flip_revision = 0;
     for i in 1..=LOG_KEYS {
         let key = format!("log-probe-{i}");
-        let v = put(&http, &base, &key, &format!("log-probe-value-{i}-XYZ")).await?;
+        let v = put_value(&http, &base, &key, &format!("log-probe-value-{i}-XYZ")).await?;
         if i == LOG_FLIP_KEY {
             flip_revision = v["revision"].as_u64().context("revision")?;
         }

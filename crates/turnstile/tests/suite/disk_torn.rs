@@ -17,7 +17,6 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, ensure, Context};
 use rand::{Rng, SeedableRng};
-use serde_json::{json, Value};
 use turnstile_raft::log_store::mark;
 
 use crate::common::*;
@@ -36,17 +35,7 @@ fn value_of(i: u64) -> String {
 }
 
 async fn put(http: &reqwest::Client, base: &str, i: u64) -> anyhow::Result<u64> {
-    let resp = http
-        .put(format!("{base}/v1/kv/torn-{i}"))
-        .json(&json!({ "value": value_of(i) }))
-        .send()
-        .await?;
-    ensure!(
-        resp.status().is_success(),
-        "put {i}: {}",
-        resp.text().await?
-    );
-    let v: Value = resp.json().await?;
+    let v = put_value(http, base, &format!("torn-{i}"), &value_of(i)).await?;
     v["revision"].as_u64().context("revision")
 }
 
@@ -128,16 +117,7 @@ async fn start_on(dir: &Path) -> anyhow::Result<Outcome> {
         );
     }
     // The node goes on: a new write commits after the prefix.
-    let resp = http
-        .put(format!("{base}/v1/kv/after-the-tear"))
-        .json(&json!({ "value": "new" }))
-        .send()
-        .await?;
-    ensure!(
-        resp.status().is_success(),
-        "a write after the restart: {}",
-        resp.text().await?
-    );
+    put_value(&http, &base, "after-the-tear", "new").await?;
     Ok(Outcome::Started { keys })
 }
 

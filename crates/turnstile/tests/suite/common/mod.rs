@@ -115,6 +115,26 @@ pub async fn get_json(http: &reqwest::Client, url: &str) -> anyhow::Result<Value
     Ok(http.get(url).send().await?.json().await?)
 }
 
+/// `PUT /v1/kv/{key}` with `value` at `base`; the answer, or an error unless it is a success.
+pub async fn put_value(
+    http: &reqwest::Client,
+    base: &str,
+    key: &str,
+    value: &str,
+) -> anyhow::Result<Value> {
+    let resp = http
+        .put(format!("{base}/v1/kv/{key}"))
+        .json(&serde_json::json!({ "value": value }))
+        .send()
+        .await?;
+    anyhow::ensure!(
+        resp.status().is_success(),
+        "put {key}: {}",
+        resp.text().await?
+    );
+    Ok(resp.json().await?)
+}
+
 pub async fn wait_for_leader(
     server: &mut Proc,
     http: &reqwest::Client,
