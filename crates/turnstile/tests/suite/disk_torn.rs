@@ -55,21 +55,6 @@ async fn mark_reaching(log_dir: &Path, index: u64) -> anyhow::Result<u64> {
     }
 }
 
-/// Copies the directory tree `from` to `to`.
-fn copy_tree(from: &Path, to: &Path) -> anyhow::Result<()> {
-    std::fs::create_dir_all(to)?;
-    for entry in std::fs::read_dir(from)? {
-        let entry = entry?;
-        let target = to.join(entry.file_name());
-        if entry.file_type()?.is_dir() {
-            copy_tree(&entry.path(), &target)?;
-        } else {
-            std::fs::copy(entry.path(), &target)?;
-        }
-    }
-    Ok(())
-}
-
 /// What a node started on a cut log did.
 enum Outcome {
     /// It refused to start; its log's line saying so.
@@ -225,7 +210,13 @@ async fn a_torn_log_restarts_to_a_clean_prefix_or_refuses_a_synced_loss() -> any
 /// `log[..offset]`.
 fn cut_copy(dir: &Path, n: usize, log: &[u8], offset: usize) -> anyhow::Result<PathBuf> {
     let trial = dir.join(format!("trial-{n}"));
-    copy_tree(&dir.join("data"), &trial.join("data"))?;
+    std::fs::create_dir_all(&trial)?;
+    let status = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(dir.join("data"))
+        .arg(&trial)
+        .status()?;
+    ensure!(status.success(), "cp -a of the data dir failed: {status}");
     std::fs::write(
         trial.join("data").join("raft-log").join("db"),
         &log[..offset],

@@ -1,10 +1,11 @@
 //! Talking to a [`ProcCluster`]'s nodes over HTTP: requests, status, who leads, convergence,
 //! the clock test hook, and the polling wait every harness wait goes through.
 
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use anyhow::bail;
+use anyhow::{bail, Context};
 use serde_json::Value;
 
 use super::{ProcCluster, WAIT_MS_MAX};
@@ -98,35 +99,32 @@ impl ProcCluster {
     /// nodes at one index until the ticks stopped, 50 s after the heal (2026-12-02). Every poll
     /// is kept, so nodes polled at one index at different moments count.
     pub async fn converged(&self) -> anyhow::Result<Vec<(u64, u64, String)>> {
-        let deadline = Instant::now() + Duration::from_millis(WAIT_MS_MAX);
-        let mut seen: BTreeMap<u64, BTreeMap<u64, String>> = BTreeMap::new();
-        loop {
+        let seen: RefCell<BTreeMap<u64, BTreeMap<u64, String>>> = RefCell::default();
+        wait_for("all nodes to converge", || async {
             let live = self.live();
             for &id in &live {
                 if let Ok(s) = self.status(id).await {
                     if let (Some(index), Some(digest)) =
                         (s["applied_index"].as_u64(), s["state_digest"].as_str())
                     {
-                        seen.entry(id)
+                        seen.borrow_mut()
+                            .entry(id)
                             .or_default()
                             .insert(index, digest.to_string());
                     }
                 }
             }
-            if let Some(found) = agreed_at_common_index(&live, &seen) {
-                return Ok(found);
-            }
-            if Instant::now() > deadline {
-                bail!(
-                    "timed out after {WAIT_MS_MAX} ms waiting for all nodes to converge: \
-                     indexes seen {:?}",
-                    seen.iter()
-                        .map(|(id, m)| (id, m.keys().next_back()))
-                        .collect::<Vec<_>>()
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+            agreed_at_common_index(&live, &seen.borrow())
+        })
+        .await
+        .with_context(|| {
+            let newest: Vec<_> = seen
+                .borrow()
+                .iter()
+                .map(|(id, m)| (*id, m.keys().next_back().copied()))
+                .collect();
+            format!("newest applied index seen per node: {newest:?}")
+        })
     }
 }
 

@@ -93,16 +93,27 @@ async fn lost_on(
     Ok(lost)
 }
 
+/// Writes keys `{prefix}-0` .. `{prefix}-{WRITES_PER_PHASE - 1}`, each retried until
+/// acknowledged, and adds them to `acked`.
+async fn put_phase(
+    tc: &TestCluster,
+    prefix: &str,
+    acked: &mut BTreeMap<String, String>,
+) -> anyhow::Result<()> {
+    for i in 0..WRITES_PER_PHASE {
+        let (key, value) = (format!("{prefix}-{i}"), format!("v{i}"));
+        put_acked(tc, &key, &value).await?;
+        acked.insert(key, value);
+    }
+    Ok(())
+}
+
 /// The story up to the faulty node's exit (or not): writes, the fault on the leader, writes to
 /// it. Returns the cluster, the faulty node and what was seen.
 async fn fail_the_leaders_disk(bugs: &str) -> anyhow::Result<(TestCluster, u64, Seen)> {
     let mut tc = start_disk_fault_cluster(3, bugs).await?;
     let mut acked = BTreeMap::new();
-    for i in 0..WRITES_PER_PHASE {
-        let (key, value) = (format!("before-{i}"), format!("v{i}"));
-        put_acked(&tc, &key, &value).await?;
-        acked.insert(key, value);
-    }
+    put_phase(&tc, "before", &mut acked).await?;
     let (faulty, _) = tc.leader().await?;
     tc.disk_fault(faulty, FDATASYNC, true)?;
     eprintln!("fdatasync now fails on node {faulty}, the leader");
@@ -142,11 +153,7 @@ async fn a_failed_fdatasync_stops_the_node_and_loses_no_acknowledged_write() -> 
     );
     // The survivors elect a leader and take writes.
     let failed_at = Instant::now();
-    for i in 0..WRITES_PER_PHASE {
-        let (key, value) = (format!("after-{i}"), format!("v{i}"));
-        put_acked(&tc, &key, &value).await?;
-        seen.acked.insert(key, value);
-    }
+    put_phase(&tc, "after", &mut seen.acked).await?;
     let survivors_ms = ms(failed_at.elapsed());
     // A restart on a healthy disk (a new process: no failure point is on) catches up.
     let restarted_at = Instant::now();
@@ -208,11 +215,7 @@ async fn fail_a_snapshot_sync(
 )> {
     let mut tc = start_disk_fault_cluster(3, bugs).await?;
     let mut acked = BTreeMap::new();
-    for i in 0..WRITES_PER_PHASE {
-        let (key, value) = (format!("before-{i}"), format!("v{i}"));
-        put_acked(&tc, &key, &value).await?;
-        acked.insert(key, value);
-    }
+    put_phase(&tc, "before", &mut acked).await?;
     let (leader, _) = tc.leader().await?;
     let faulty = tc
         .ids()
@@ -244,11 +247,7 @@ async fn a_failed_snapshot_fsync_stops_the_node_and_loses_nothing() -> anyhow::R
         "node {faulty}'s log must say why it stopped:\n{}",
         tc.log_tail(faulty, 20)
     );
-    for i in 0..WRITES_PER_PHASE {
-        let (key, value) = (format!("after-{i}"), format!("v{i}"));
-        put_acked(&tc, &key, &value).await?;
-        acked.insert(key, value);
-    }
+    put_phase(&tc, "after", &mut acked).await?;
     let restarted_at = Instant::now();
     tc.restart(faulty)?;
     tc.converged().await?;
