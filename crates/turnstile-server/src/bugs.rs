@@ -28,13 +28,17 @@ pub struct Bugs {
     pub ignore_sync_failure: bool,
     /// Raft's core stopping on an error leaves the process up without Raft (`raft_fatal.rs`).
     pub survive_raft_failure: bool,
+    /// A node whose disk was wiped votes and takes entries at once, as the same voter, instead
+    /// of waiting to be re-added (`peer_api.rs`): its empty log can elect a leader that lacks
+    /// acknowledged entries.
+    pub wiped_node_votes: bool,
 }
 
 /// Why `TURNSTILE_BUGS` was refused.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum BugsError {
     #[error(
-        "unknown bug switch {0:?} (known: skip-fence, local-reads, skip-dedup, grant-due-waiters, ignore-sync-failure, survive-raft-failure)"
+        "unknown bug switch {0:?} (known: skip-fence, local-reads, skip-dedup, grant-due-waiters, ignore-sync-failure, survive-raft-failure, wiped-node-votes)"
     )]
     Unknown(String),
     /// Also what `turnstile serve` answers in a build where another workspace member turned
@@ -57,6 +61,7 @@ impl Bugs {
                 "grant-due-waiters" => bugs.grant_due_waiters = true,
                 "ignore-sync-failure" => bugs.ignore_sync_failure = true,
                 "survive-raft-failure" => bugs.survive_raft_failure = true,
+                "wiped-node-votes" => bugs.wiped_node_votes = true,
                 other => return Err(BugsError::Unknown(other.to_string())),
             }
         }
@@ -115,6 +120,12 @@ impl Bugs {
         !self.survive_raft_failure
     }
 
+    /// Whether a node that has not been (re)admitted votes and takes entries anyway
+    /// (`wiped-node-votes`).
+    pub fn wiped_node_votes(&self) -> bool {
+        self.wiped_node_votes
+    }
+
     /// Applies the write-path switches to a write about to be routed to the leader.
     pub fn break_write(
         &self,
@@ -140,6 +151,7 @@ impl fmt::Display for Bugs {
             (self.grant_due_waiters, "grant-due-waiters"),
             (self.ignore_sync_failure, "ignore-sync-failure"),
             (self.survive_raft_failure, "survive-raft-failure"),
+            (self.wiped_node_votes, "wiped-node-votes"),
         ]
         .iter()
         .filter(|(on, _)| *on)

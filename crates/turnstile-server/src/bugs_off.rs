@@ -28,6 +28,12 @@ impl Bugs {
         true
     }
 
+    /// A node votes and takes entries only once (re)admitted.
+    #[inline(always)]
+    pub fn wiped_node_votes(&self) -> bool {
+        false
+    }
+
     /// The write, unchanged.
     #[inline(always)]
     pub fn break_write(

@@ -169,7 +169,10 @@ async fn gate(State(app): State<Arc<App>>, req: Request, next: Next) -> Response
             }
         }
     }
-    if (path == "/raft/append" || path == "/raft/snapshot") && !app.phase().may_replicate() {
+    if (path == "/raft/append" || path == "/raft/snapshot")
+        && !app.phase().may_replicate()
+        && !app.cfg.bugs.wiped_node_votes()
+    {
         let refused = refuse(
             StatusCode::SERVICE_UNAVAILABLE,
             "not accepting log entries: node awaits re-admission",
@@ -285,7 +288,7 @@ async fn transfer_leader(State(app): State<Arc<App>>, body: Bytes) -> Response {
 /// The refusal a node that may not vote gives `/raft/vote` and `/raft/pre-vote`: an empty
 /// node's vote (or pre-vote grant) could elect a leader that lacks committed entries.
 fn refuse_unless_voter(app: &App, what: &str) -> Option<Response> {
-    if app.phase().may_vote() {
+    if app.phase().may_vote() || app.cfg.bugs.wiped_node_votes() {
         return None;
     }
     tracing::warn!(phase = ?app.phase(), "{what} refused: this node has not been (re)admitted");
