@@ -4,8 +4,9 @@
 //! container), nftables partitions (any grudge, including one-way), heal, and a jump of a
 //! node's wall clock through the test hook.
 //!
-//! Partitions live in `cluster/network.rs`, libfiu disk faults in `cluster/disk.rs`, HTTP to the nodes (status, leader, convergence,
-//! the clock hook) in `cluster/observe.rs`.
+//! Partitions live in `cluster/network.rs`, libfiu disk faults in `cluster/disk.rs`, wiping a
+//! node and re-admitting it through membership in `cluster/membership.rs`, HTTP to the nodes
+//! (status, leader, convergence, the clock hook) in `cluster/observe.rs`.
 //!
 //! Clusters are secure by default (`tls`): the cluster makes its own CA and certificates under
 //! its directory, nodes serve HTTPS with mutual TLS between peers, and the cluster's HTTP
@@ -32,6 +33,7 @@ use crate::netns::{Net, NetHost};
 use crate::tls::{self, Mode, RunCerts};
 
 mod disk;
+mod membership;
 mod network;
 mod observe;
 
@@ -510,6 +512,13 @@ impl ProcCluster {
             n.restarts += 1;
         }
         Ok(())
+    }
+
+    /// Makes every later start or restart run `binary`: a rolling upgrade stops each node and
+    /// starts it again on the same data dir with the new build. Netns backend only: a
+    /// container runs its image's binary.
+    pub fn set_binary(&mut self, binary: PathBuf) {
+        self.opts.binary = binary;
     }
 
     /// SIGSTOPs node `id` (`docker pause` for a container): peers see silence, not resets.

@@ -4,8 +4,10 @@
 //!
 //! Faults: SIGKILL + restart (a random node or the leader), SIGSTOP + SIGCONT (a random node
 //! or the leader, often longer than the TTL and the election timeout), partitions (isolate one
-//! node, isolate the leader, majority/minority split, a bridge, one-way), and a jump of a node's
-//! wall clock by an hour.
+//! node, isolate the leader, majority/minority split, a bridge, one-way), a jump of a node's
+//! wall clock by an hour, and storage faults (`nemesis/storage.rs`): a failing `fdatasync`, and
+//! a lost disk replaced through membership changes (remove, add a learner, promote) under a
+//! partition and pauses.
 
 use std::time::{Duration, Instant};
 
@@ -15,6 +17,10 @@ use rand::{Rng, SeedableRng};
 
 use crate::cluster::ProcCluster;
 use crate::recorder::Recorder;
+
+mod storage;
+
+pub use storage::FDATASYNC;
 
 /// Every fault the nemesis can apply.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,10 +36,12 @@ pub enum Fault {
     Bridge,
     OneWay,
     ClockJump,
+    DiskSyncFail,
+    WipeReplace,
 }
 
 impl Fault {
-    pub const ALL: [Fault; 11] = [
+    pub const ALL: [Fault; 13] = [
         Fault::Kill,
         Fault::KillLeader,
         Fault::Pause,
@@ -45,6 +53,8 @@ impl Fault {
         Fault::Bridge,
         Fault::OneWay,
         Fault::ClockJump,
+        Fault::DiskSyncFail,
+        Fault::WipeReplace,
     ];
 
     pub fn name(self) -> &'static str {
@@ -60,6 +70,8 @@ impl Fault {
             Fault::Bridge => "partition-bridge",
             Fault::OneWay => "partition-one-way",
             Fault::ClockJump => "clock-jump",
+            Fault::DiskSyncFail => "disk-sync-fail",
+            Fault::WipeReplace => "wipe-replace",
         }
     }
 
@@ -107,13 +119,20 @@ pub async fn run(mut cluster: ProcCluster, rec: Recorder, plan: NemesisPlan) -> 
     if plan.faults.is_empty() {
         return cluster;
     }
+    // Faults are dealt from a shuffled deck, each once before any repeats: a short run with
+    // several kinds gets every kind it has time for, not the same two by chance.
+    let mut deck: Vec<Fault> = Vec::with_capacity(plan.faults.len());
     loop {
         let quiet = rng.gen_range(plan.quiet_ms.0..=plan.quiet_ms.1);
         tokio::time::sleep(Duration::from_millis(quiet)).await;
         if Instant::now() >= plan.deadline {
             break;
         }
-        let Some(&fault) = plan.faults.choose(&mut rng) else {
+        if deck.is_empty() {
+            deck.extend_from_slice(&plan.faults);
+            deck.shuffle(&mut rng);
+        }
+        let Some(fault) = deck.pop() else {
             break;
         };
         let hold = Duration::from_millis(rng.gen_range(plan.hold_ms.0..=plan.hold_ms.1));
@@ -241,20 +260,36 @@ async fn apply(
             rec.end_window(w);
             cluster.clock_jump(target, 0).await?;
         }
+        Fault::DiskSyncFail => {
+            storage::sync_failure(cluster, rec, fault.name(), leader_or_random, hold).await?;
+        }
+        Fault::WipeReplace => {
+            storage::wipe_and_replace(cluster, rec, rng, fault.name(), leader, hold).await?;
+        }
     }
     Ok(())
 }
 
-/// Undoes everything: heals partitions, resumes paused nodes, restarts killed ones, resets
-/// clocks.
+/// Undoes everything: heals partitions, resumes paused nodes, restarts killed ones and ones
+/// that exited, re-admits a wiped node whose replacement did not finish, resets clocks.
 pub async fn heal_all(cluster: &mut ProcCluster) -> anyhow::Result<()> {
     cluster.heal()?;
     for id in cluster.ids() {
         if cluster.is_paused(id) {
             cluster.resume(id)?;
         }
+        // Only processes can be polled for an exit (the netns backend).
+        if let Ok(Some(status)) = cluster.exited(id) {
+            tracing::warn!(node = id, %status, "node had exited; restarting it");
+        }
         if !cluster.is_running(id) {
             cluster.restart(id)?;
+        }
+    }
+    for id in cluster.ids() {
+        let phase = cluster.status(id).await.map(|s| s["phase"].clone());
+        if phase.is_ok_and(|p| p == "awaiting" || p == "learning") {
+            cluster.readmit(id).await?;
         }
     }
     for id in cluster.ids() {

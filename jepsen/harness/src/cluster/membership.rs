@@ -1,0 +1,137 @@
+//! Wiping a node's disk and re-admitting it through membership, as an operator replaces a node
+//! whose disk was lost (docs/operations.md, "Replacing a node"): remove it, add it back as a
+//! learner (which waits until it has caught up), promote it.
+//!
+//! Every step is checked against the leader's membership before it is sent and retried on any
+//! failure, because a membership call that meets a leader change answers `503` or
+//! `504 indeterminate` and may still have happened: the membership, not the answer, says which
+//! step comes next.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context};
+use serde_json::{json, Value};
+
+use super::{ProcCluster, WAIT_MS_MAX};
+
+/// How long a re-admission may take in all: a learner catching up from a snapshot under load
+/// takes seconds, and each step may meet an election.
+const READMIT_MS_MAX: u64 = 2 * WAIT_MS_MAX;
+/// Pause between two attempts of a step that failed.
+const RETRY_MS: u64 = 300;
+
+/// Where node `id` stands in the leader's membership.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Standing {
+    Absent,
+    Learner,
+    Voter,
+}
+
+impl ProcCluster {
+    /// Deletes everything in node `id`'s data dir (the node must be stopped). The dir itself
+    /// stays, so a container's bind mount keeps pointing at it.
+    pub fn wipe(&self, id: u64) -> anyhow::Result<()> {
+        if self.is_running(id) {
+            bail!("node {id} is running; stop it before wiping its disk");
+        }
+        let dir = self.data_dir(id);
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(e).with_context(|| format!("cannot list {}", dir.display())),
+        };
+        for entry in entries {
+            let path = entry?.path();
+            let removed = if path.is_dir() {
+                std::fs::remove_dir_all(&path)
+            } else {
+                std::fs::remove_file(&path)
+            };
+            removed.with_context(|| format!("cannot remove {}", path.display()))?;
+        }
+        Ok(())
+    }
+
+    /// Re-admits node `id`, running on an empty data dir: removes it from the membership if it
+    /// is still there, adds it as a learner, promotes it, and waits until it reports itself a
+    /// member. Returns how long that took.
+    pub async fn readmit(&self, id: u64) -> anyhow::Result<Duration> {
+        let started = Instant::now();
+        let deadline = started + Duration::from_millis(READMIT_MS_MAX);
+        let mut last_error = String::from("no attempt finished");
+        while Instant::now() < deadline {
+            match self.readmit_step(id).await {
+                Ok(true) => return Ok(started.elapsed()),
+                Ok(false) => {}
+                Err(e) => {
+                    last_error = format!("{e:#}");
+                    tokio::time::sleep(Duration::from_millis(RETRY_MS)).await;
+                }
+            }
+        }
+        bail!("node {id} was not re-admitted within {READMIT_MS_MAX} ms; last error: {last_error}")
+    }
+
+    /// Takes the next step of a re-admission; true once node `id` is a voter that knows it.
+    async fn readmit_step(&self, id: u64) -> anyhow::Result<bool> {
+        let (leader, _) = self.leader().await?;
+        let standing = self.standing(leader, id).await?;
+        let phase = self.status(id).await.map(|s| s["phase"].clone());
+        let phase = phase.as_ref().ok().and_then(Value::as_str);
+        match (standing, phase) {
+            (Standing::Voter, Some("member")) => return Ok(true),
+            // A voter that promotion told to vote but that has not said so yet: wait.
+            (Standing::Voter, Some("learning")) => {
+                tokio::time::sleep(Duration::from_millis(RETRY_MS)).await;
+                return Ok(false);
+            }
+            // Still a member from before its disk was lost: take it out first.
+            (Standing::Voter | Standing::Learner, Some("awaiting" | "empty") | None) => {
+                let path = format!("/v1/members/{id}");
+                let (code, v) = self
+                    .call(leader, reqwest::Method::DELETE, &path, None)
+                    .await?;
+                expect_ok("remove", id, code, &v)?;
+            }
+            (Standing::Absent, _) => {
+                let body = json!({ "id": id, "addr": self.addr(id).to_string() });
+                let (code, v) = self.post(leader, "/v1/members", body).await?;
+                expect_ok("add as learner", id, code, &v)?;
+            }
+            (Standing::Learner, Some(_)) => {
+                let path = format!("/v1/members/{id}/promote");
+                let (code, v) = self.post(leader, &path, json!({})).await?;
+                expect_ok("promote", id, code, &v)?;
+            }
+            (Standing::Voter, Some(other)) => bail!("node {id} is a voter in phase {other}"),
+        }
+        Ok(false)
+    }
+
+    /// Node `id`'s place in node `via`'s membership.
+    async fn standing(&self, via: u64, id: u64) -> anyhow::Result<Standing> {
+        let (code, v) = self.get(via, "/v1/members").await?;
+        if code != 200 {
+            bail!("members from node {via}: {code} {v}");
+        }
+        let members = v["members"]
+            .as_array()
+            .ok_or_else(|| anyhow!("members from node {via} has no list: {v}"))?;
+        Ok(
+            match members.iter().find(|m| m["id"].as_u64() == Some(id)) {
+                None => Standing::Absent,
+                Some(m) if m["voter"] == true => Standing::Voter,
+                Some(_) => Standing::Learner,
+            },
+        )
+    }
+}
+
+fn expect_ok(step: &str, id: u64, code: u16, v: &Value) -> anyhow::Result<()> {
+    if code == 200 {
+        Ok(())
+    } else {
+        bail!("{step} node {id}: {code} {v}")
+    }
+}
