@@ -434,6 +434,12 @@ impl ProcCluster {
         }
     }
 
+    /// The file node `id`'s process executes (netns backend; `None` for a container or a
+    /// stopped node): what a rolling upgrade checks it replaced.
+    pub fn executable(&self, id: u64) -> Option<PathBuf> {
+        std::fs::read_link(format!("/proc/{}/exe", self.pid(id)?)).ok()
+    }
+
     pub fn is_running(&self, id: u64) -> bool {
         self.nodes.get(&id).is_some_and(NodeProc::running)
     }

@@ -4,8 +4,16 @@
 //! grant or write is lost, tokens keep growing, and the only errors clients see are the
 //! documented hand-over ones (`503 no_quorum`, `504 indeterminate`) and refused connections
 //! to the node that is down.
+//!
+//! The same roll is also a rolling *upgrade*: the cluster starts on an older release's
+//! `turnstile-jepsen` and each node restarts on this build, so for a while old and new nodes
+//! replicate to each other. Building the old release takes about ten minutes on two cores, more
+//! than CI's budget, so that test is `#[ignore]`d and `jepsen/upgrade.sh` builds the old release
+//! and runs it; CI runs the same-binary roll and the data-dir fixtures of
+//! `crates/turnstile/tests/suite/upgrade_fixture.rs`.
 
 use std::collections::BTreeSet;
+use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
@@ -53,9 +61,35 @@ fn strip_ansi(line: &str) -> String {
     out
 }
 
+/// The variable naming the older release's `turnstile-jepsen` for the upgrade test.
+const UPGRADE_FROM_ENV: &str = "TURNSTILE_UPGRADE_FROM";
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rolling_restart_under_load_loses_nothing() -> anyhow::Result<()> {
-    let mut tc = start_cluster(3, "").await?;
+    let tc = start_cluster(3, "").await?;
+    roll(tc, None).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs an older release's turnstile-jepsen in TURNSTILE_UPGRADE_FROM: run jepsen/upgrade.sh"]
+async fn rolling_upgrade_from_an_older_release_loses_nothing() -> anyhow::Result<()> {
+    let old = std::env::var_os(UPGRADE_FROM_ENV)
+        .map(PathBuf::from)
+        .ok_or_else(|| anyhow::anyhow!("{UPGRADE_FROM_ENV} is not set"))?;
+    anyhow::ensure!(old.is_file(), "{} is not a file", old.display());
+    eprintln!("starting on {}, upgrading to {BIN}", old.display());
+    let tc = start_cluster_of(3, &old).await?;
+    let old = old.canonicalize()?;
+    for id in tc.ids() {
+        let running = tc.executable(id);
+        anyhow::ensure!(running.as_ref() == Some(&old), "node {id} runs {running:?}");
+    }
+    roll(tc, Some(PathBuf::from(BIN))).await
+}
+
+/// Stops each node in turn with SIGTERM and starts it again (on `upgrade_to` if given) under
+/// lock load, then checks what the clients saw and that the nodes converge.
+async fn roll(mut tc: TestCluster, upgrade_to: Option<PathBuf>) -> anyhow::Result<()> {
     let endpoints = Arc::new(RwLock::new(
         tc.ids().iter().map(|&id| tc.addr(id)).collect::<Vec<_>>(),
     ));
@@ -86,6 +120,9 @@ async fn rolling_restart_under_load_loses_nothing() -> anyhow::Result<()> {
         // The others keep granting while it is down.
         load.wait_grants(10).await?;
         let restarted = Instant::now();
+        if let Some(binary) = &upgrade_to {
+            tc.set_binary(binary.clone());
+        }
         tc.restart(id)?;
         let (leader, _) = tc.leader().await?;
         let target = tc.status(leader).await?["commit_index"]
@@ -121,6 +158,17 @@ async fn rolling_restart_under_load_loses_nothing() -> anyhow::Result<()> {
         report.answers
     );
     let converged = tc.converged().await?;
+    if let Some(binary) = &upgrade_to {
+        let want = binary.canonicalize()?;
+        for id in tc.ids() {
+            let running = tc.executable(id);
+            anyhow::ensure!(
+                running.as_ref() == Some(&want),
+                "node {id} runs {running:?}, not the upgrade {}",
+                want.display()
+            );
+        }
+    }
     eprintln!(
         "{} grants across the restarts; answers {:?}; converged {:?}",
         report.grants, report.answers, converged

@@ -10,6 +10,7 @@
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::ops::{Deref, DerefMut};
+use std::path::Path;
 use std::process::{Child, ChildStdin, Stdio};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -92,6 +93,12 @@ pub async fn start_cluster(nodes: u64, bugs: &str) -> anyhow::Result<TestCluster
     start_cluster_in(nodes, bugs, Mode::Secure, false).await
 }
 
+/// [`start_cluster`] with nodes running `binary` (another build of `turnstile-jepsen`, such as
+/// an older release's for a rolling upgrade).
+pub async fn start_cluster_of(nodes: u64, binary: &Path) -> anyhow::Result<TestCluster> {
+    start_cluster_with(nodes, "", Mode::Secure, false, binary).await
+}
+
 /// [`start_cluster`] with every node under libfiu (`ProcCluster::disk_fault`).
 pub async fn start_disk_fault_cluster(nodes: u64, bugs: &str) -> anyhow::Result<TestCluster> {
     turnstile_jepsen::cluster::require_fiu()?;
@@ -109,11 +116,21 @@ async fn start_cluster_in(
     mode: Mode,
     disk_faults: bool,
 ) -> anyhow::Result<TestCluster> {
+    start_cluster_with(nodes, bugs, mode, disk_faults, Path::new(BIN)).await
+}
+
+async fn start_cluster_with(
+    nodes: u64,
+    bugs: &str,
+    mode: Mode,
+    disk_faults: bool,
+    binary: &Path,
+) -> anyhow::Result<TestCluster> {
     let dir = tempfile::tempdir()?;
     let started = Instant::now();
     let cluster = ProcCluster::start(ClusterOptions {
         nodes,
-        binary: BIN.into(),
+        binary: binary.to_path_buf(),
         dir: dir.path().to_path_buf(),
         bugs: bugs.to_string(),
         extra_args: Vec::new(),
