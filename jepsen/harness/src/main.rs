@@ -56,7 +56,7 @@ struct RunArgs {
     #[arg(long, default_value_t = 60)]
     seconds: u64,
     /// Bug switches for the nodes (skip-fence, local-reads, skip-dedup, grant-due-waiters,
-    /// ignore-sync-failure, survive-raft-failure).
+    /// ignore-sync-failure, survive-raft-failure, wiped-node-votes).
     #[arg(long, default_value = "")]
     bugs: String,
     /// Faults to use (names as in docs/chaos.md); all when absent.
