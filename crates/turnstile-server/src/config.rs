@@ -201,7 +201,7 @@ pub struct ServeArgs {
     /// a node refuses to listen anywhere but loopback unless this is given.
     #[arg(long, env = "TURNSTILE_INSECURE")]
     pub insecure: bool,
-    /// Check state machine invariants after every apply (slow; for tests).
+    /// Check state machine invariants after every applied batch (slow; for tests).
     #[arg(long, env = "TURNSTILE_CHECK_INVARIANTS", hide = true)]
     pub check_invariants: bool,
 }
