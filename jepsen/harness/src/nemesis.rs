@@ -7,7 +7,8 @@
 //! node, isolate the leader, majority/minority split, a bridge, one-way), a jump of a node's
 //! wall clock by an hour, and storage faults (`nemesis/storage.rs`): a failing `fdatasync`, and
 //! a lost disk replaced through membership changes (remove, add a learner, promote) under a
-//! partition and pauses.
+//! partition and pauses, and a live node removed and replaced while another is down
+//! (`nemesis/membership.rs`).
 
 use std::time::{Duration, Instant};
 
@@ -18,6 +19,7 @@ use rand::{Rng, SeedableRng};
 use crate::cluster::ProcCluster;
 use crate::recorder::Recorder;
 
+mod membership;
 mod storage;
 
 pub use storage::FDATASYNC;
@@ -38,10 +40,11 @@ pub enum Fault {
     ClockJump,
     DiskSyncFail,
     WipeReplace,
+    MemberChurn,
 }
 
 impl Fault {
-    pub const ALL: [Fault; 13] = [
+    pub const ALL: [Fault; 14] = [
         Fault::Kill,
         Fault::KillLeader,
         Fault::Pause,
@@ -55,6 +58,7 @@ impl Fault {
         Fault::ClockJump,
         Fault::DiskSyncFail,
         Fault::WipeReplace,
+        Fault::MemberChurn,
     ];
 
     pub fn name(self) -> &'static str {
@@ -72,6 +76,7 @@ impl Fault {
             Fault::ClockJump => "clock-jump",
             Fault::DiskSyncFail => "disk-sync-fail",
             Fault::WipeReplace => "wipe-replace",
+            Fault::MemberChurn => "member-churn",
         }
     }
 
@@ -266,12 +271,16 @@ async fn apply(
         Fault::WipeReplace => {
             storage::wipe_and_replace(cluster, rec, rng, fault.name(), leader, hold).await?;
         }
+        Fault::MemberChurn => {
+            membership::remove_and_readd(cluster, rec, rng, fault.name(), leader, hold).await?;
+        }
     }
     Ok(())
 }
 
 /// Undoes everything: heals partitions, resumes paused nodes, restarts killed ones and ones
-/// that exited, re-admits a wiped node whose replacement did not finish, resets clocks.
+/// that exited, re-admits a wiped node whose replacement did not finish and replaces a removed
+/// one, resets clocks.
 pub async fn heal_all(cluster: &mut ProcCluster) -> anyhow::Result<()> {
     cluster.heal()?;
     for id in cluster.ids() {
@@ -290,6 +299,9 @@ pub async fn heal_all(cluster: &mut ProcCluster) -> anyhow::Result<()> {
         let phase = cluster.status(id).await.map(|s| s["phase"].clone());
         if phase.is_ok_and(|p| p == "awaiting" || p == "learning") {
             cluster.readmit(id).await?;
+        } else if matches!(cluster.is_member(id).await, Ok(false)) {
+            // Removed while running and never re-added: an operator wipes and re-adds it.
+            cluster.replace(id).await?;
         }
     }
     for id in cluster.ids() {

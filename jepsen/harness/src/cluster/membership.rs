@@ -1,6 +1,6 @@
-//! Wiping a node's disk and re-admitting it through membership, as an operator replaces a node
-//! whose disk was lost (docs/operations.md, "Replacing a node"): remove it, add it back as a
-//! learner (which waits until it has caught up), promote it.
+//! Membership changes as an operator makes them: removing a node, and replacing a node whose
+//! disk was lost (docs/operations.md, "Replacing a node"): wipe it, remove it, add it back as
+//! a learner (which waits until it has caught up), promote it.
 //!
 //! Every step is checked against the leader's membership before it is sent and retried on any
 //! failure, because a membership call that meets a leader change answers `503` or
@@ -51,6 +51,55 @@ impl ProcCluster {
             removed.with_context(|| format!("cannot remove {}", path.display()))?;
         }
         Ok(())
+    }
+
+    /// Removes node `id` from the membership (it keeps running, as a node an operator takes
+    /// out does until it is stopped). Returns once the leader's membership no longer lists it;
+    /// refused while `id` leads, or while removing it would leave no answering majority, and
+    /// retried until [`READMIT_MS_MAX`].
+    pub async fn remove_member(&self, id: u64) -> anyhow::Result<()> {
+        let deadline = Instant::now() + Duration::from_millis(READMIT_MS_MAX);
+        let mut last_error = String::from("no attempt finished");
+        while Instant::now() < deadline {
+            let step = async {
+                let (leader, _) = self.leader().await?;
+                if self.standing(leader, id).await? == Standing::Absent {
+                    return Ok(true);
+                }
+                let path = format!("/v1/members/{id}");
+                let (code, v) = self
+                    .call(leader, reqwest::Method::DELETE, &path, None)
+                    .await?;
+                expect_ok("remove", id, code, &v)?;
+                anyhow::Ok(false)
+            };
+            match step.await {
+                Ok(true) => return Ok(()),
+                Ok(false) => {}
+                Err(e) => {
+                    last_error = format!("{e:#}");
+                    tokio::time::sleep(Duration::from_millis(RETRY_MS)).await;
+                }
+            }
+        }
+        bail!("node {id} was not removed within {READMIT_MS_MAX} ms; last error: {last_error}")
+    }
+
+    /// Whether the leader's membership lists node `id` (as a voter or a learner).
+    pub async fn is_member(&self, id: u64) -> anyhow::Result<bool> {
+        let (leader, _) = self.leader().await?;
+        Ok(self.standing(leader, id).await? != Standing::Absent)
+    }
+
+    /// Replaces node `id` as an operator replaces a node with a lost disk: stops it, empties its
+    /// data dir, starts it again and re-admits it. Returns how long the re-admission took.
+    pub async fn replace(&mut self, id: u64) -> anyhow::Result<Duration> {
+        if self.is_running(id) {
+            self.kill(id)?;
+        }
+        self.wipe(id)?;
+        self.restart(id)?;
+        self.readmit(id).await
     }
 
     /// Re-admits node `id`, running on an empty data dir: removes it from the membership if it

@@ -36,7 +36,7 @@ pub async fn sync_failure(
     let started = Instant::now();
     let code = loop {
         if let Some(status) = cluster.exited(target)? {
-            break Some(status.code());
+            break Some((status.code(), started.elapsed()));
         }
         if started.elapsed() > Duration::from_millis(SYNC_FAIL_EXIT_MS_MAX) {
             break None;
@@ -46,8 +46,14 @@ pub async fn sync_failure(
     tokio::time::sleep(hold.saturating_sub(started.elapsed())).await;
     rec.end_window(w);
     match code {
-        Some(code) => {
-            tracing::info!(node = target, ?code, "node exited on a failed fdatasync");
+        Some((code, exit_after)) => {
+            let exit_ms = exit_after.as_millis() as u64;
+            tracing::info!(
+                node = target,
+                ?code,
+                exit_ms,
+                "node exited on a failed fdatasync"
+            );
             cluster.restart(target)
         }
         None => {
