@@ -58,31 +58,22 @@ impl ProcCluster {
     /// refused while `id` leads, or while removing it would leave no answering majority, and
     /// retried until [`READMIT_MS_MAX`].
     pub async fn remove_member(&self, id: u64) -> anyhow::Result<()> {
-        let deadline = Instant::now() + Duration::from_millis(READMIT_MS_MAX);
-        let mut last_error = String::from("no attempt finished");
-        while Instant::now() < deadline {
-            let step = async {
-                let (leader, _) = self.leader().await?;
-                if self.standing(leader, id).await? == Standing::Absent {
-                    return Ok(true);
-                }
-                let path = format!("/v1/members/{id}");
-                let (code, v) = self
-                    .call(leader, reqwest::Method::DELETE, &path, None)
-                    .await?;
-                expect_ok("remove", id, code, &v)?;
-                anyhow::Ok(false)
-            };
-            match step.await {
-                Ok(true) => return Ok(()),
-                Ok(false) => {}
-                Err(e) => {
-                    last_error = format!("{e:#}");
-                    tokio::time::sleep(Duration::from_millis(RETRY_MS)).await;
-                }
+        let removed = retry_steps(|| async {
+            let (leader, _) = self.leader().await?;
+            if self.standing(leader, id).await? == Standing::Absent {
+                return Ok(true);
             }
-        }
-        bail!("node {id} was not removed within {READMIT_MS_MAX} ms; last error: {last_error}")
+            let path = format!("/v1/members/{id}");
+            let (code, v) = self
+                .call(leader, reqwest::Method::DELETE, &path, None)
+                .await?;
+            expect_ok("remove", id, code, &v)?;
+            Ok(false)
+        })
+        .await;
+        removed
+            .map(|_| ())
+            .with_context(|| format!("node {id} was not removed"))
     }
 
     /// Whether the leader's membership lists node `id` (as a voter or a learner).
@@ -106,20 +97,9 @@ impl ProcCluster {
     /// is still there, adds it as a learner, promotes it, and waits until it reports itself a
     /// member. Returns how long that took.
     pub async fn readmit(&self, id: u64) -> anyhow::Result<Duration> {
-        let started = Instant::now();
-        let deadline = started + Duration::from_millis(READMIT_MS_MAX);
-        let mut last_error = String::from("no attempt finished");
-        while Instant::now() < deadline {
-            match self.readmit_step(id).await {
-                Ok(true) => return Ok(started.elapsed()),
-                Ok(false) => {}
-                Err(e) => {
-                    last_error = format!("{e:#}");
-                    tokio::time::sleep(Duration::from_millis(RETRY_MS)).await;
-                }
-            }
-        }
-        bail!("node {id} was not re-admitted within {READMIT_MS_MAX} ms; last error: {last_error}")
+        retry_steps(|| self.readmit_step(id))
+            .await
+            .with_context(|| format!("node {id} was not re-admitted"))
     }
 
     /// Takes the next step of a re-admission; true once node `id` is a voter that knows it.
@@ -175,6 +155,29 @@ impl ProcCluster {
             },
         )
     }
+}
+
+/// Runs `step` until it answers true (done), retrying every [`RETRY_MS`] after an error, for
+/// at most [`READMIT_MS_MAX`]. Returns how long it took.
+async fn retry_steps<F, Fut>(mut step: F) -> anyhow::Result<Duration>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<bool>>,
+{
+    let started = Instant::now();
+    let deadline = started + Duration::from_millis(READMIT_MS_MAX);
+    let mut last_error = String::from("no attempt finished");
+    while Instant::now() < deadline {
+        match step().await {
+            Ok(true) => return Ok(started.elapsed()),
+            Ok(false) => {}
+            Err(e) => {
+                last_error = format!("{e:#}");
+                tokio::time::sleep(Duration::from_millis(RETRY_MS)).await;
+            }
+        }
+    }
+    bail!("not done within {READMIT_MS_MAX} ms; last error: {last_error}")
 }
 
 fn expect_ok(step: &str, id: u64, code: u16, v: &Value) -> anyhow::Result<()> {
