@@ -288,6 +288,19 @@ async fn apply(
     Ok(())
 }
 
+/// The leader (a fault that needs one fails without) and the other nodes in a seeded random
+/// order, for faults that pick followers.
+fn shuffled_followers(
+    cluster: &ProcCluster,
+    leader: Option<u64>,
+    rng: &mut StdRng,
+) -> anyhow::Result<(u64, Vec<u64>)> {
+    let leader = leader.ok_or_else(|| anyhow::anyhow!("no leader to keep"))?;
+    let mut followers: Vec<u64> = cluster.ids().into_iter().filter(|&i| i != leader).collect();
+    followers.shuffle(rng);
+    Ok((leader, followers))
+}
+
 /// Undoes everything: heals partitions, resumes paused nodes, restarts killed ones and ones
 /// that exited, re-admits a wiped node whose replacement did not finish and replaces a removed
 /// one, resets clocks.
@@ -305,11 +318,13 @@ pub async fn heal_all(cluster: &mut ProcCluster) -> anyhow::Result<()> {
             cluster.restart(id)?;
         }
     }
+    // Read once: a re-admission below only puts its own node back.
+    let members = cluster.members().await.ok();
     for id in cluster.ids() {
         let phase = cluster.status(id).await.map(|s| s["phase"].clone());
         if phase.is_ok_and(|p| p == "awaiting" || p == "learning") {
             cluster.readmit(id).await?;
-        } else if matches!(cluster.is_member(id).await, Ok(false)) {
+        } else if members.as_ref().is_some_and(|m| !m.contains(&id)) {
             // Removed while running and never re-added: an operator wipes and re-adds it.
             cluster.replace(id).await?;
         }

@@ -7,9 +7,10 @@
 //! `504 indeterminate` and may still have happened: the membership, not the answer, says which
 //! step comes next.
 
+use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, bail, Context};
+use anyhow::{bail, Context};
 use serde_json::{json, Value};
 
 use super::{ProcCluster, WAIT_MS_MAX};
@@ -63,11 +64,7 @@ impl ProcCluster {
             if self.standing(leader, id).await? == Standing::Absent {
                 return Ok(true);
             }
-            let path = format!("/v1/members/{id}");
-            let (code, v) = self
-                .call(leader, reqwest::Method::DELETE, &path, None)
-                .await?;
-            expect_ok("remove", id, code, &v)?;
+            self.remove_via(leader, id).await?;
             Ok(false)
         })
         .await;
@@ -76,20 +73,27 @@ impl ProcCluster {
             .with_context(|| format!("node {id} was not removed"))
     }
 
-    /// Whether the leader's membership lists node `id` (as a voter or a learner).
-    pub async fn is_member(&self, id: u64) -> anyhow::Result<bool> {
+    /// The ids the leader's membership lists (voters and learners).
+    pub async fn members(&self) -> anyhow::Result<BTreeSet<u64>> {
         let (leader, _) = self.leader().await?;
-        Ok(self.standing(leader, id).await? != Standing::Absent)
+        let members = self.member_list(leader).await?;
+        Ok(members.iter().filter_map(|m| m["id"].as_u64()).collect())
+    }
+
+    /// Node `id` loses its disk: SIGKILLed if running, its data dir emptied, started again. It
+    /// comes up waiting to be re-admitted.
+    pub fn restart_empty(&mut self, id: u64) -> anyhow::Result<()> {
+        if self.is_running(id) {
+            self.kill(id)?;
+        }
+        self.wipe(id)?;
+        self.restart(id)
     }
 
     /// Replaces node `id` as an operator replaces a node with a lost disk: stops it, empties its
     /// data dir, starts it again and re-admits it. Returns how long the re-admission took.
     pub async fn replace(&mut self, id: u64) -> anyhow::Result<Duration> {
-        if self.is_running(id) {
-            self.kill(id)?;
-        }
-        self.wipe(id)?;
-        self.restart(id)?;
+        self.restart_empty(id)?;
         self.readmit(id).await
     }
 
@@ -117,11 +121,7 @@ impl ProcCluster {
             }
             // Still a member from before its disk was lost: take it out first.
             (Standing::Voter | Standing::Learner, Some("awaiting" | "empty") | None) => {
-                let path = format!("/v1/members/{id}");
-                let (code, v) = self
-                    .call(leader, reqwest::Method::DELETE, &path, None)
-                    .await?;
-                expect_ok("remove", id, code, &v)?;
+                self.remove_via(leader, id).await?;
             }
             (Standing::Absent, _) => {
                 let body = json!({ "id": id, "addr": self.addr(id).to_string() });
@@ -138,15 +138,18 @@ impl ProcCluster {
         Ok(false)
     }
 
+    /// Sends node `id`'s removal to `leader`.
+    async fn remove_via(&self, leader: u64, id: u64) -> anyhow::Result<()> {
+        let path = format!("/v1/members/{id}");
+        let (code, v) = self
+            .call(leader, reqwest::Method::DELETE, &path, None)
+            .await?;
+        expect_ok("remove", id, code, &v)
+    }
+
     /// Node `id`'s place in node `via`'s membership.
     async fn standing(&self, via: u64, id: u64) -> anyhow::Result<Standing> {
-        let (code, v) = self.get(via, "/v1/members").await?;
-        if code != 200 {
-            bail!("members from node {via}: {code} {v}");
-        }
-        let members = v["members"]
-            .as_array()
-            .ok_or_else(|| anyhow!("members from node {via} has no list: {v}"))?;
+        let members = self.member_list(via).await?;
         Ok(
             match members.iter().find(|m| m["id"].as_u64() == Some(id)) {
                 None => Standing::Absent,
@@ -154,6 +157,18 @@ impl ProcCluster {
                 Some(_) => Standing::Learner,
             },
         )
+    }
+
+    /// The `members` list of node `via`'s `GET /v1/members`.
+    async fn member_list(&self, via: u64) -> anyhow::Result<Vec<Value>> {
+        let (code, mut v) = self.get(via, "/v1/members").await?;
+        if code != 200 {
+            bail!("members from node {via}: {code} {v}");
+        }
+        match v["members"].take() {
+            Value::Array(members) => Ok(members),
+            _ => bail!("members from node {via} has no list: {v}"),
+        }
     }
 }
 

@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use anyhow::anyhow;
 use rand::rngs::StdRng;
-use rand::seq::SliceRandom;
 
 use crate::cluster::ProcCluster;
 use crate::recorder::Recorder;
@@ -28,9 +27,7 @@ pub async fn remove_and_readd(
     hold: Duration,
 ) -> anyhow::Result<()> {
     let ids = cluster.ids();
-    let leader = leader.ok_or_else(|| anyhow!("no leader to keep"))?;
-    let mut followers: Vec<u64> = ids.iter().copied().filter(|&i| i != leader).collect();
-    followers.shuffle(rng);
+    let (_, mut followers) = super::shuffled_followers(cluster, leader, rng)?;
     let gone = followers
         .pop()
         .ok_or_else(|| anyhow!("no follower to remove"))?;

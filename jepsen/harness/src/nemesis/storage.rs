@@ -6,7 +6,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail};
 use rand::rngs::StdRng;
-use rand::seq::SliceRandom;
 
 use crate::cluster::ProcCluster;
 use crate::recorder::Recorder;
@@ -88,10 +87,8 @@ pub async fn wipe_and_replace(
     hold: Duration,
 ) -> anyhow::Result<()> {
     let ids = cluster.ids();
-    let leader = leader.ok_or_else(|| anyhow!("no leader to keep"))?;
     let majority = ids.len() / 2 + 1;
-    let mut others: Vec<u64> = ids.iter().copied().filter(|&i| i != leader).collect();
-    others.shuffle(rng);
+    let (leader, mut others) = super::shuffled_followers(cluster, leader, rng)?;
     let wiped = others.pop().ok_or_else(|| anyhow!("no follower to wipe"))?;
     let (lagging, rest) = others.split_at(ids.len() - majority);
     let keepers: Vec<u64> = std::iter::once(leader)
@@ -108,9 +105,7 @@ pub async fn wipe_and_replace(
     }
     rec.end_window(w);
 
-    cluster.kill(wiped)?;
-    cluster.wipe(wiped)?;
-    cluster.restart(wiped)?;
+    cluster.restart_empty(wiped)?;
     cluster.heal()?;
     let w = rec.start_window(name, vec![wiped], ids.clone());
     tokio::time::sleep(hold).await;

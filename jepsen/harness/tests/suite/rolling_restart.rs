@@ -102,6 +102,10 @@ async fn roll(mut tc: TestCluster, upgrade_to: Option<PathBuf>) -> anyhow::Resul
     load.wait_grants(20).await?;
 
     let mut handovers = Vec::new();
+    // Every restart below starts the upgrade: stopped nodes come back on the new build.
+    if let Some(binary) = &upgrade_to {
+        tc.set_binary(binary.clone());
+    }
     for id in tc.ids() {
         let (leader, _) = tc.leader().await?;
         let exit = tc.terminate(id, Duration::from_millis(EXIT_WAIT_MS_MAX))?;
@@ -120,9 +124,6 @@ async fn roll(mut tc: TestCluster, upgrade_to: Option<PathBuf>) -> anyhow::Resul
         // The others keep granting while it is down.
         load.wait_grants(10).await?;
         let restarted = Instant::now();
-        if let Some(binary) = &upgrade_to {
-            tc.set_binary(binary.clone());
-        }
         tc.restart(id)?;
         let (leader, _) = tc.leader().await?;
         let target = tc.status(leader).await?["commit_index"]
