@@ -199,11 +199,12 @@ pub async fn run(cfg: RunConfig) -> anyhow::Result<RunSummary> {
     let started = Instant::now();
     let deadline = started + cfg.duration;
 
+    let (monitor_stop, monitor_stopped) = tokio::sync::watch::channel(false);
     let monitor = tokio::spawn(monitor(
         rec.clone(),
         http.clone(),
         endpoints.clone(),
-        deadline,
+        monitor_stopped,
     ));
     let (drain_tx, drain_rx) = tokio::sync::watch::channel(None);
     let mut watchers = Vec::new();
@@ -263,6 +264,9 @@ pub async fn run(cfg: RunConfig) -> anyhow::Result<RunSummary> {
         let _ = w.await;
     }
     phase(started, "workers done");
+    // Grants go on past the deadline (requests in flight, a fault's hold): the monitor polls
+    // until every worker is done, and each node once more after that.
+    let _ = monitor_stop.send(true);
     nemesis::heal_all(&mut cluster).await?;
     let converged = cluster.converged().await;
     phase(started, "converged");
@@ -334,19 +338,26 @@ fn run_dir(cfg: &RunConfig) -> anyhow::Result<PathBuf> {
     Ok(dir)
 }
 
-/// Polls every node's `/v1/cluster` until the fault phase ends and records who leads which
-/// term (the minority check attributes each grant's term to its leader): the node's own role,
+/// Polls every node's `/v1/cluster` until `stop` turns true, and each node once after, and
+/// records who leads which term (the minority check attributes each grant's term to its
+/// leader; grants go on past the fault phase's deadline): the node's own role,
 /// and its `recent_leaders`, the leaders of the last terms it knew. Each node has its own
 /// loop: polled in turn, a cut-off node's timeout delayed the others. A term that began and
 /// ended between two polls went unobserved from roles alone (an `Unknown` in
 /// lock-minority-grants, CI 2026-12-02); a term that committed a grant was known to a majority,
 /// and their `recent_leaders` keep it.
-async fn monitor(rec: Recorder, http: Http, endpoints: Vec<String>, deadline: Instant) {
+async fn monitor(
+    rec: Recorder,
+    http: Http,
+    endpoints: Vec<String>,
+    stop: tokio::sync::watch::Receiver<bool>,
+) {
     let client = http.inner().clone();
     let loops = endpoints.into_iter().enumerate().map(|(i, e)| {
-        let (rec, client) = (rec.clone(), client.clone());
+        let (rec, client, stop) = (rec.clone(), client.clone(), stop.clone());
         async move {
-            while Instant::now() < deadline {
+            loop {
+                let last = *stop.borrow();
                 let req = client
                     .get(format!("{e}/v1/cluster?digest=false"))
                     .timeout(Duration::from_millis(MONITOR_TIMEOUT_MS));
@@ -363,6 +374,9 @@ async fn monitor(rec: Recorder, http: Http, endpoints: Vec<String>, deadline: In
                             }
                         }
                     }
+                }
+                if last {
+                    break;
                 }
                 tokio::time::sleep(Duration::from_millis(MONITOR_INTERVAL_MS)).await;
             }
