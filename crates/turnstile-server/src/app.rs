@@ -48,6 +48,9 @@ pub struct App {
     pub disk: crate::disk_space::DiskSpace,
     /// Who led the recent terms, as this node learned (`crate::term_leaders`).
     pub term_leaders: crate::term_leaders::TermLeaders,
+    /// A newer membership than this node's log, as a member vouched for it
+    /// (`crate::tls::member_vouch`).
+    pub member_vouch: crate::tls::member_vouch::MemberVouch,
 }
 
 /// The last time a leader's append was accepted here, in ms since the node started (0:
@@ -107,6 +110,7 @@ impl App {
             leader_contact: Default::default(),
             disk,
             term_leaders: Default::default(),
+            member_vouch: Default::default(),
         };
         app.raft.runtime_config().elect(phase.may_vote());
         app

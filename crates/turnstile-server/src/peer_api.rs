@@ -9,7 +9,9 @@
 //! member of the membership this node knows (`crate::tls::peer_check`); it is judged from the
 //! connection's certificate and the headers, before any body byte is read. The MAC covers the
 //! sender header, so once the MAC verifies, the certificate was checked against the proven
-//! sender.
+//! sender. A node that is behind may know a membership older than its leader's; a "not a
+//! member" refusal makes it ask its members for theirs (`/raft/membership`,
+//! `crate::tls::member_vouch`), so a node removed and re-added since is let back in.
 
 use std::io::Cursor;
 use std::sync::Arc;
@@ -21,7 +23,6 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::Router;
-use openraft::async_runtime::WatchReceiver;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use turnstile_core::codec;
@@ -35,7 +36,8 @@ use crate::app::App;
 use crate::identity::Phase;
 use crate::membership::{ADMIT_PATH, PREPARE_JOIN_PATH};
 use crate::proto::{MemberOp, ProposeRequest, ReadQuery, MEMBER_PATH, PROPOSE_PATH, READ_PATH};
-use crate::tls::peer_check::{self, KnownMembers};
+use crate::tls::member_vouch::{self, MembershipView, MEMBERSHIP_PATH};
+use crate::tls::peer_check::{self, KnownMembers, PeerCertDenial};
 use crate::tls::ClientCert;
 use turnstile_raft::network::{PRE_VOTE_PATH, TRANSFER_LEADER_PATH};
 
@@ -77,6 +79,7 @@ pub fn router(app: Arc<App>) -> Router {
         .route(ADMIT_PATH, post(admit))
         .route(PREPARE_JOIN_PATH, post(prepare_join))
         .route(IDENTITY_PATH, post(identity))
+        .route(MEMBERSHIP_PATH, post(membership))
         .layer(middleware::from_fn_with_state(app.clone(), gate))
         .layer(axum::extract::DefaultBodyLimit::max(PEER_BODY_BYTES_MAX))
         .with_state(app)
@@ -110,6 +113,10 @@ async fn gate(State(app): State<Arc<App>>, req: Request, next: Next) -> Response
         let cert = parts.extensions.get::<ClientCert>();
         let exempt = path == IDENTITY_PATH;
         if let Err(denial) = peer_check::judge(cert, sender, exempt, &known_members(&app)) {
+            if denial == PeerCertDenial::NotAMember {
+                // Perhaps this node is behind and the sender was (re)added since.
+                member_vouch::ask_members_if_due(&app);
+            }
             let reason = denial.to_string();
             app.denials.peer(&path, from, &reason);
             let status = StatusCode::from_u16(denial.status()).unwrap_or(StatusCode::FORBIDDEN);
@@ -192,20 +199,14 @@ async fn gate(State(app): State<Arc<App>>, req: Request, next: Next) -> Response
     sign(&app, &mac, resp).await
 }
 
-/// Voters and learners of the membership this node knows; `None` before it knows any.
+/// Voters and learners of the membership this node knows (its own, or a newer one a member
+/// vouched for); `None` before it knows any.
 fn known_members(app: &App) -> KnownMembers {
-    let metrics = app.raft.metrics();
-    let metrics = metrics.borrow_watched();
-    let ids: std::collections::BTreeSet<u64> = metrics
-        .membership_config
-        .membership()
-        .nodes()
-        .map(|(id, _)| *id)
-        .collect();
-    if ids.is_empty() {
+    let view = app.member_vouch.newest(MembershipView::of(app));
+    if view.members.is_empty() {
         KnownMembers::None
     } else {
-        KnownMembers::Members(ids)
+        KnownMembers::Members(view.members)
     }
 }
 
@@ -400,4 +401,9 @@ async fn identity(State(app): State<Arc<App>>) -> Response {
         cluster_id: app.peers.identity().cluster_id(),
         phase: app.phase(),
     }))
+}
+
+/// This node's own membership, for a member that is behind (`crate::tls::member_vouch`).
+async fn membership(State(app): State<Arc<App>>) -> Response {
+    reply::<_, String>(Ok(MembershipView::of(&app)))
 }

@@ -352,3 +352,70 @@ async fn a_new_node_joins_a_secure_cluster() -> anyhow::Result<()> {
     c.shutdown().await;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_behind_a_readd_follows_the_readded_leader() -> anyhow::Result<()> {
+    // The lagging node's newest membership entry is the removal of `readded`, so by its own log
+    // `readded`'s certificate is not a member's. Once a member vouches for the newer membership
+    // (`tls::member_vouch`), it takes `readded`'s appends as leader and catches up.
+    let mut c = Cluster::start_secure(4).await?;
+    let leader = c.leader().await?;
+    let followers: Vec<u64> = c.running().into_iter().filter(|&n| n != leader).collect();
+    let (lagging, readded) = (followers[0], followers[1]);
+    let (code, v) = c.delete(leader, &format!("/v1/members/{readded}")).await?;
+    assert_eq!(code, 200, "remove: {v}");
+    wait_for("the lagging node to apply the removal", || async {
+        let (_, v) = c.get(lagging, "/v1/members").await.ok()?;
+        let members = v["members"].as_array()?;
+        (!members.iter().any(|m| m["id"] == readded)).then_some(())
+    })
+    .await?;
+    c.isolate(lagging);
+
+    c.stop(readded).await;
+    c.wipe(readded)?;
+    c.restart(readded).await?;
+    wait_for("the wiped node to wait for re-admission", || async {
+        let s = c.status(readded).await.ok()?;
+        (s["phase"] == "awaiting").then_some(())
+    })
+    .await?;
+    let addr = c.addrs[&readded].to_string();
+    let (code, v) = c
+        .post(
+            leader,
+            "/v1/members",
+            serde_json::json!({"id": readded, "addr": addr}),
+        )
+        .await?;
+    assert_eq!(code, 200, "add learner: {v}");
+    let (code, v) = c
+        .post(
+            leader,
+            &format!("/v1/members/{readded}/promote"),
+            serde_json::json!({}),
+        )
+        .await?;
+    assert_eq!(code, 200, "promote: {v}");
+    let app = c.app(leader).context("leader app")?;
+    app.raft.trigger().transfer_leader(readded).await?;
+    wait_for("the re-added node to lead", || async {
+        let s = c.status(readded).await.ok()?;
+        (s["state"] == "Leader").then_some(())
+    })
+    .await?;
+    let lease = c.lease(readded, 60_000).await?;
+    assert_eq!(c.acquire(readded, "after-readd", lease).await?.0, 200);
+
+    c.heal();
+    c.converged().await?;
+    let (_, v) = c.get(lagging, "/v1/members").await?;
+    assert!(
+        v["members"]
+            .as_array()
+            .is_some_and(|m| m.iter().any(|n| n["id"] == readded && n["voter"] == true)),
+        "{v}"
+    );
+    c.shutdown().await;
+    Ok(())
+}

@@ -6,6 +6,8 @@
 //! - [`reload`]: the current configs, swapped on SIGHUP and when the files change.
 //! - [`identity`]: [`ClientCert`], the verified client certificate a request came with.
 //! - [`peer_check`]: which node certificates may make which `/raft/*` calls.
+//! - [`member_vouch`]: a newer membership than its own log, vouched for by a member, so a node
+//!   that is behind can follow a re-added leader.
 //! - [`certs`]: making a CA, node and client certificates (rcgen).
 //!
 //! One crypto provider only: ring. [`install_crypto_provider`] runs before any config is
@@ -14,6 +16,7 @@
 pub mod certs;
 pub mod identity;
 pub mod material;
+pub mod member_vouch;
 pub mod peer_check;
 pub mod reload;
 
