@@ -78,19 +78,19 @@ async fn correct_server_passes_seed_303() {
 
 /// Lost disks replaced through membership changes and failing fdatasync, mixed with kills and
 /// partitions: every checker passes, including convergence of the re-added nodes' digests.
-/// (`member-churn` is not here: it finds an open bug, docs/chaos.md, "Open findings".)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn correct_server_passes_storage_and_membership_faults_seed_404() {
     let mut cfg = config(404, CORRECT_RUN_S, "");
     cfg.faults = vec![
         Fault::WipeReplace,
+        Fault::MemberChurn,
         Fault::DiskSyncFail,
         Fault::Kill,
         Fault::IsolateLeader,
         Fault::MajorityMinority,
     ];
     let s = correct_run_of(cfg).await;
-    for kind in [Fault::WipeReplace, Fault::DiskSyncFail] {
+    for kind in [Fault::WipeReplace, Fault::MemberChurn, Fault::DiskSyncFail] {
         assert!(
             s.fault_kinds.get(kind.name()).is_some_and(|&n| n > 0),
             "seed 404 applied no {}: {:?}",
