@@ -12,6 +12,9 @@ mod flusher;
 pub mod histogram;
 pub mod mark;
 mod purger;
+mod tail;
+#[cfg(test)]
+mod tail_test;
 #[cfg(test)]
 mod tests;
 
@@ -57,6 +60,7 @@ use self::flusher::MarkSource;
 use self::flusher::SyncCounters;
 use self::flusher::WaitKind;
 use self::flusher::Waiter;
+use self::tail::Tail;
 
 /// sled's segment (io buffer) size, fixed when a store is created (sled refuses to reopen a `Db`
 /// with another value). sled moves any single log item larger than about a quarter segment to
@@ -153,6 +157,10 @@ pub struct SyncStats {
     pub fdatasyncs: u64,
     /// `append` callbacks completed with `Ok` (entries durable).
     pub acked_batches: u64,
+    /// Entries read back from the in-memory tail of the newest entries (`log_store/tail.rs`).
+    pub entries_read_from_tail: u64,
+    /// Entries read back from sled (older than the tail covers).
+    pub entries_read_from_tree: u64,
 }
 
 impl SyncStats {
@@ -162,6 +170,8 @@ impl SyncStats {
             entries_appended: SyncCounters::get(&c.entries_appended),
             fdatasyncs: SyncCounters::get(&c.fdatasyncs),
             acked_batches: SyncCounters::get(&c.acked_batches),
+            entries_read_from_tail: SyncCounters::get(&c.entries_read_from_tail),
+            entries_read_from_tree: SyncCounters::get(&c.entries_read_from_tree),
         }
     }
 }
@@ -185,6 +195,10 @@ struct Shared<C: RaftTypeConfig> {
     /// flusher's queue order is the order writes hit the log. A std mutex suffices: the section
     /// is short and synchronous.
     write_order: Arc<Mutex<()>>,
+    /// The newest entries, decoded, mirroring the tree (`tail.rs`). Changed only while
+    /// `write_order` is held, right after the tree, so both see writes in one order; readers
+    /// take only this lock.
+    tail: Mutex<Tail<C::Entry>>,
     counters: Arc<SyncCounters>,
 }
 
@@ -223,6 +237,15 @@ impl<C: RaftTypeConfig> SledLogStore<C> {
         };
         let log = open_tree(LOG_TREE)?;
         let meta = open_tree(META_TREE)?;
+        let next_index = match log.last() {
+            Ok(Some((key, _))) => key_index(&key).map(|i| i + 1),
+            Ok(None) => Ok(0),
+            Err(e) => Err(e.into()),
+        }
+        .map_err(|source| LogStoreError::Corrupt {
+            path: dir.to_path_buf(),
+            source,
+        })?;
         let db_file = sync_store_files(dir)?;
         let counters = Arc::new(SyncCounters::default());
         let marked = mark::read(dir).map_err(|source| LogStoreError::Corrupt {
@@ -250,6 +273,7 @@ impl<C: RaftTypeConfig> SledLogStore<C> {
             log,
             meta,
             write_order,
+            tail: Mutex::new(Tail::new(next_index)),
             counters,
         };
         let store = Self {
@@ -293,9 +317,18 @@ impl<C: RaftTypeConfig> SledLogStore<C> {
         let _vote: Option<VoteOf<C>> = self.read_meta(KEY_VOTE)?;
         let _committed: Option<Option<LogIdOf<C>>> = self.read_meta(KEY_COMMITTED)?;
         if let Some(last_purged) = self.read_meta::<LogIdOf<C>>(KEY_LAST_PURGED)? {
-            self.delete_range(..=last_purged.index())?;
+            drop(self.delete_range(..=last_purged.index())?);
         }
         Ok(())
+    }
+
+    fn lock_tail(&self) -> MutexGuard<'_, Tail<C::Entry>> {
+        // Every update leaves the tail consistent before the next one starts (no early return
+        // between the tree write and the tail's), and a panic in one cannot leave it torn.
+        self.shared
+            .tail
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     fn lock_write_order(&self) -> MutexGuard<'_, ()> {
@@ -344,15 +377,17 @@ impl<C: RaftTypeConfig> SledLogStore<C> {
         }
     }
 
-    /// Deletes every entry with an index in `range`, in one atomic sled batch.
-    fn delete_range<R: RangeBounds<u64>>(&self, range: R) -> io::Result<()> {
+    /// Deletes every entry with an index in `range`, in one atomic sled batch. Returns the
+    /// write-order lock, still held, so the caller can bring the tail along before any other
+    /// write.
+    fn delete_range<R: RangeBounds<u64>>(&self, range: R) -> io::Result<MutexGuard<'_, ()>> {
         let mut batch = sled::Batch::default();
         for key in self.shared.log.range(key_range(&range)).keys() {
             batch.remove(key?);
         }
-        let _order = self.lock_write_order();
+        let order = self.lock_write_order();
         self.shared.log.apply_batch(batch)?;
-        Ok(())
+        Ok(order)
     }
 
     /// Reads entries in `range` in index order. Stops early once `bytes_max` is reached (after at
@@ -361,7 +396,18 @@ impl<C: RaftTypeConfig> SledLogStore<C> {
         &self,
         range: &R,
         bytes_max: usize,
-    ) -> io::Result<Vec<C::Entry>> {
+    ) -> io::Result<Vec<C::Entry>>
+    where
+        C::Entry: Clone,
+    {
+        let (start, end) = index_span(range);
+        if let Some(entries) = self.lock_tail().read(start, end, bytes_max) {
+            SyncCounters::add(
+                &self.shared.counters.entries_read_from_tail,
+                entries.len() as u64,
+            );
+            return Ok(entries);
+        }
         let mut entries: Vec<C::Entry> = Vec::new();
         let mut bytes_read = 0usize;
         for item in self.shared.log.range(key_range(range)) {
@@ -388,11 +434,33 @@ impl<C: RaftTypeConfig> SledLogStore<C> {
                 break;
             }
         }
+        SyncCounters::add(
+            &self.shared.counters.entries_read_from_tree,
+            entries.len() as u64,
+        );
         Ok(entries)
     }
 }
 
-impl<C: RaftTypeConfig> RaftLogReader<C> for SledLogStore<C> {
+/// The first index of `range` and one past its last (`u64::MAX` for no end).
+fn index_span<R: RangeBounds<u64>>(range: &R) -> (u64, u64) {
+    let start = match range.start_bound() {
+        Bound::Included(&s) => s,
+        Bound::Excluded(&s) => s.saturating_add(1),
+        Bound::Unbounded => 0,
+    };
+    let end = match range.end_bound() {
+        Bound::Included(&e) => e.saturating_add(1),
+        Bound::Excluded(&e) => e,
+        Bound::Unbounded => u64::MAX,
+    };
+    (start, end)
+}
+
+impl<C: RaftTypeConfig> RaftLogReader<C> for SledLogStore<C>
+where
+    C::Entry: Clone,
+{
     async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + fmt::Debug + OptionalSend>(
         &mut self,
         range: RB,
@@ -413,7 +481,10 @@ impl<C: RaftTypeConfig> RaftLogReader<C> for SledLogStore<C> {
     }
 }
 
-impl<C: RaftTypeConfig> RaftLogStorage<C> for SledLogStore<C> {
+impl<C: RaftTypeConfig> RaftLogStorage<C> for SledLogStore<C>
+where
+    C::Entry: Clone,
+{
     type LogReader = Self;
 
     async fn get_log_state(&mut self) -> Result<LogState<C>, io::Error> {
@@ -466,8 +537,10 @@ impl<C: RaftTypeConfig> RaftLogStorage<C> for SledLogStore<C> {
         I::IntoIter: OptionalSend,
     {
         let called_at = Instant::now();
-        let encoded = encode_entries::<C, _>(entries)?;
+        let entries: Vec<C::Entry> = entries.into_iter().collect();
+        let encoded = encode_entries::<C, _>(&entries)?;
         let count = encoded.len() as u64;
+        let lens: Vec<usize> = encoded.iter().map(|(_, value)| value.len()).collect();
         let counters = &self.shared.counters;
         let _order = self.lock_write_order();
         // Plain inserts in index order, not a `sled::Batch`: sled writes its io buffer out
@@ -479,6 +552,8 @@ impl<C: RaftTypeConfig> RaftLogStorage<C> for SledLogStore<C> {
         for (key, value) in encoded {
             self.shared.log.insert(key, value)?;
         }
+        // The entries go to the tail as they are: replication and apply read them back soon.
+        self.lock_tail().written(entries.into_iter().zip(lens));
         SyncCounters::add(&counters.append_batches, 1);
         SyncCounters::add(&counters.entries_appended, count);
         let waiter = Waiter {
@@ -496,10 +571,13 @@ impl<C: RaftTypeConfig> RaftLogStorage<C> for SledLogStore<C> {
     /// the truncation; openraft truncates again.
     async fn truncate_after(&mut self, last_log_id: Option<LogIdOf<C>>) -> Result<(), io::Error> {
         tracing::debug!(last_log_id = ?last_log_id, "log truncate_after");
-        match last_log_id {
-            None => self.delete_range(..),
-            Some(log_id) => self.delete_range((Bound::Excluded(log_id.index()), Bound::Unbounded)),
-        }
+        let last = last_log_id.map(|l| l.index());
+        let _order = match last {
+            None => self.delete_range(..)?,
+            Some(index) => self.delete_range((Bound::Excluded(index), Bound::Unbounded))?,
+        };
+        self.lock_tail().truncated_after(last);
+        Ok(())
     }
 
     /// Makes `last_purged` durable FIRST, then has [0, log_id.index] deleted. The other order
@@ -509,6 +587,10 @@ impl<C: RaftTypeConfig> RaftLogStorage<C> for SledLogStore<C> {
     async fn purge(&mut self, log_id: LogIdOf<C>) -> Result<(), io::Error> {
         tracing::debug!(log_id = %log_id, "log purge");
         self.insert_meta_durable(KEY_LAST_PURGED, &log_id).await?;
+        {
+            let _order = self.lock_write_order();
+            self.lock_tail().purged_through(log_id.index());
+        }
         self.shared.purger.purge_through(log_id.index());
         Ok(())
     }

@@ -18,10 +18,10 @@ pub(super) type EncodedEntry = ([u8; 8], Vec<u8>);
 
 /// Encodes entries in index order, refusing oversized entries and non-consecutive indexes
 /// before anything is written.
-pub(super) fn encode_entries<C, I>(entries: I) -> io::Result<Vec<EncodedEntry>>
+pub(super) fn encode_entries<'a, C, I>(entries: I) -> io::Result<Vec<EncodedEntry>>
 where
     C: RaftTypeConfig,
-    I: IntoIterator<Item = C::Entry>,
+    I: IntoIterator<Item = &'a C::Entry>,
 {
     let mut encoded = Vec::new();
     let mut prev_index: Option<u64> = None;
@@ -33,7 +33,7 @@ where
                 return Err(io::Error::new(io::ErrorKind::InvalidInput, msg));
             }
         }
-        let value = encode(&entry)?;
+        let value = encode(entry)?;
         if value.len() > ENTRY_BYTES_MAX {
             let msg = format!(
                 "log entry {index} encodes to {} bytes, above ENTRY_BYTES_MAX {ENTRY_BYTES_MAX}",

@@ -62,6 +62,8 @@ pub(super) struct SyncCounters {
     pub(super) entries_appended: AtomicU64,
     pub(super) fdatasyncs: AtomicU64,
     pub(super) acked_batches: AtomicU64,
+    pub(super) entries_read_from_tail: AtomicU64,
+    pub(super) entries_read_from_tree: AtomicU64,
     pub(super) histograms: SyncHistograms,
 }
 

@@ -251,6 +251,8 @@ pub struct LogAnswer {
     pub entries_appended: u64,
     pub fdatasyncs: u64,
     pub acked_batches: u64,
+    pub entries_read_from_tail: u64,
+    pub entries_read_from_tree: u64,
 }
 
 /// `GET /v1/cluster`: this node's view (not a linearizable read).

@@ -106,6 +106,8 @@ pub async fn cluster(
             entries_appended: log.entries_appended,
             fdatasyncs: log.fdatasyncs,
             acked_batches: log.acked_batches,
+            entries_read_from_tail: log.entries_read_from_tail,
+            entries_read_from_tree: log.entries_read_from_tree,
         },
         fenced_rejections: app.stats.fenced_rejections.load(Ordering::Relaxed),
         request_records: records,
