@@ -250,6 +250,34 @@ impl Cluster {
         std::fs::remove_dir_all(self.data_dir(id)).context("wipe")
     }
 
+    /// Stops node `id`, empties its data dir and starts it again, as after a lost disk;
+    /// returns once it waits to be re-admitted (phase `awaiting`).
+    pub async fn restart_empty(&mut self, id: u64) -> anyhow::Result<()> {
+        self.stop(id).await;
+        self.wipe(id)?;
+        self.restart(id).await?;
+        wait_for("the wiped node to wait for re-admission", || async {
+            let s = self.status(id).await.ok()?;
+            (s["phase"] == "awaiting").then_some(())
+        })
+        .await
+    }
+
+    /// Adds node `id` (at its address) as a learner through node `via`, then promotes it, as an
+    /// operator adds or re-admits a node. Returns the promote call's answer (the membership).
+    pub async fn admit(&self, via: u64, id: u64) -> anyhow::Result<Value> {
+        let addr = self.addrs[&id].to_string();
+        let (code, v) = self
+            .post(via, "/v1/members", json!({"id": id, "addr": addr}))
+            .await?;
+        anyhow::ensure!(code == 200, "add learner {id}: HTTP {code}: {v}");
+        let (code, v) = self
+            .post(via, &format!("/v1/members/{id}/promote"), json!({}))
+            .await?;
+        anyhow::ensure!(code == 200, "promote {id}: HTTP {code}: {v}");
+        Ok(v)
+    }
+
     /// Node `id`'s shared context (its Raft handle, state, config), while it runs.
     pub fn app(&self, id: u64) -> Option<std::sync::Arc<turnstile_server::app::App>> {
         self.nodes.get(&id).map(|n| n.app.clone())

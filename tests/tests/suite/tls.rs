@@ -328,23 +328,7 @@ async fn a_new_node_joins_a_secure_cluster() -> anyhow::Result<()> {
     let mut c = Cluster::start_secure(3).await?;
     let id = c.add_node().await?;
     let leader = c.leader().await?;
-    let addr = c.addrs[&id].to_string();
-    let (code, v) = c
-        .post(
-            leader,
-            "/v1/members",
-            serde_json::json!({"id": id, "addr": addr}),
-        )
-        .await?;
-    assert_eq!(code, 200, "add: {v}");
-    let (code, v) = c
-        .post(
-            leader,
-            &format!("/v1/members/{id}/promote"),
-            serde_json::json!({}),
-        )
-        .await?;
-    assert_eq!(code, 200, "promote: {v}");
+    c.admit(leader, id).await?;
     let lease = c.lease(leader, 30_000).await?;
     let (code, v) = c.acquire(leader, "after-join", lease).await?;
     assert_eq!(code, 200, "{v}");
@@ -372,31 +356,8 @@ async fn a_node_behind_a_readd_follows_the_readded_leader() -> anyhow::Result<()
     .await?;
     c.isolate(lagging);
 
-    c.stop(readded).await;
-    c.wipe(readded)?;
-    c.restart(readded).await?;
-    wait_for("the wiped node to wait for re-admission", || async {
-        let s = c.status(readded).await.ok()?;
-        (s["phase"] == "awaiting").then_some(())
-    })
-    .await?;
-    let addr = c.addrs[&readded].to_string();
-    let (code, v) = c
-        .post(
-            leader,
-            "/v1/members",
-            serde_json::json!({"id": readded, "addr": addr}),
-        )
-        .await?;
-    assert_eq!(code, 200, "add learner: {v}");
-    let (code, v) = c
-        .post(
-            leader,
-            &format!("/v1/members/{readded}/promote"),
-            serde_json::json!({}),
-        )
-        .await?;
-    assert_eq!(code, 200, "promote: {v}");
+    c.restart_empty(readded).await?;
+    c.admit(leader, readded).await?;
     let app = c.app(leader).context("leader app")?;
     app.raft.trigger().transfer_leader(readded).await?;
     wait_for("the re-added node to lead", || async {

@@ -2,8 +2,7 @@
 //! through membership (remove, add as learner, promote), then catches up and serves. Also: a
 //! data dir of another cluster is refused at start.
 
-use serde_json::json;
-use turnstile_tests::{wait_for, Cluster};
+use turnstile_tests::Cluster;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wiped_node_waits_to_be_readded() -> anyhow::Result<()> {
@@ -22,14 +21,7 @@ async fn wiped_node_waits_to_be_readded() -> anyhow::Result<()> {
     let lease = c.lease(leader, 60_000).await?;
     assert_eq!(c.acquire(leader, "before-wipe", lease).await?.0, 200);
 
-    c.stop(wiped).await;
-    c.wipe(wiped)?;
-    c.restart(wiped).await?;
-    wait_for("the wiped node to wait for re-admission", || async {
-        let s = c.status(wiped).await.ok()?;
-        (s["phase"] == "awaiting").then_some(())
-    })
-    .await?;
+    c.restart_empty(wiped).await?;
     // It does not serve.
     let (code, v) = c.get(wiped, "/v1/locks/before-wipe").await?;
     assert_eq!((code, v["code"].as_str()), (503, Some("not_member")), "{v}");
@@ -51,15 +43,7 @@ async fn wiped_node_waits_to_be_readded() -> anyhow::Result<()> {
     let leader = c.leader().await?;
     let (code, v) = c.delete(leader, &format!("/v1/members/{wiped}")).await?;
     assert_eq!(code, 200, "remove: {v}");
-    let addr = c.addrs[&wiped].to_string();
-    let (code, v) = c
-        .post(leader, "/v1/members", json!({"id": wiped, "addr": addr}))
-        .await?;
-    assert_eq!(code, 200, "add learner: {v}");
-    let (code, v) = c
-        .post(leader, &format!("/v1/members/{wiped}/promote"), json!({}))
-        .await?;
-    assert_eq!(code, 200, "promote: {v}");
+    let v = c.admit(leader, wiped).await?;
     assert!(
         v["members"]
             .as_array()
