@@ -51,6 +51,8 @@ pub struct App {
     /// A newer membership than this node's log, as a member vouched for it
     /// (`crate::tls::member_vouch`).
     pub member_vouch: crate::tls::member_vouch::MemberVouch,
+    /// Client writes go to Raft through it, several in one message (`crate::proposer`).
+    pub(crate) proposer: crate::proposer::Proposer,
 }
 
 /// The last time a leader's append was accepted here, in ms since the node started (0:
@@ -91,7 +93,7 @@ impl App {
         let disk = crate::disk_space::DiskSpace::new(cfg.id, &cfg.data_dir, cfg.disk_reserve_mb);
         let app = App {
             cfg,
-            raft,
+            raft: raft.clone(),
             sm,
             peers,
             clock: LeaderClock::default(),
@@ -111,6 +113,7 @@ impl App {
             disk,
             term_leaders: Default::default(),
             member_vouch: Default::default(),
+            proposer: crate::proposer::Proposer::start(raft.clone()),
         };
         app.raft.runtime_config().elect(phase.may_vote());
         app

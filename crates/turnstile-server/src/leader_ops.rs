@@ -8,6 +8,7 @@ use openraft::ReadPolicy;
 use turnstile_core::Envelope;
 
 use crate::app::App;
+use crate::proposer::ProposeError;
 use crate::proto::{ProposeRequest, Proposed, ReadAnswer, ReadQuery, RouteError};
 use turnstile_core::auth::{Access, Kind};
 
@@ -76,14 +77,18 @@ impl App {
             request_id: req.request_id.clone(),
             command: req.command.clone(),
         };
-        let write = self.raft.client_write(env);
+        let write = self.proposer.write(env);
         match tokio::time::timeout(Duration::from_millis(req.timeout_ms), write).await {
             Err(_elapsed) => Err(RouteError::Indeterminate),
-            Ok(Err(e)) => Err(route_error(e)),
-            Ok(Ok(resp)) => {
+            Ok(Err(ProposeError::Unanswered)) => Err(RouteError::Indeterminate),
+            Ok(Err(stopped @ ProposeError::Stopped)) => Err(RouteError::Unavailable {
+                reason: stopped.to_string(),
+            }),
+            Ok(Ok(Err(e))) => Err(route_error(e)),
+            Ok(Ok(Ok(response))) => {
                 let cluster_id = self.sm.read().state.cluster_id.clone();
                 Ok(Proposed {
-                    response: resp.data,
+                    response,
                     cluster_id,
                 })
             }

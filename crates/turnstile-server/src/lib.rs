@@ -6,7 +6,8 @@
 //! - [`identity`]: the data dir's identity file and the join [`identity::Phase`].
 //! - [`node`]: starting and stopping a node ([`node::start`], [`node::RunningNode`]).
 //! - [`app`]: the shared context; [`routing`] gets requests to the leader; [`leader_ops`] is
-//!   what the leader does with them; [`membership`]: adding, promoting and removing nodes.
+//!   what the leader does with them; [`proposer`] sends the writes that arrive together to
+//!   Raft as one message; [`membership`]: adding, promoting and removing nodes.
 //! - [`http_server`]: the HTTP/1.1 server loop and its connection limits (timeouts, cap).
 //! - [`auth`]: who is calling (client certificate or bearer token) and per-node quotas;
 //!   what they may do is judged in `turnstile_core::auth`.
@@ -55,6 +56,7 @@ pub mod membership;
 pub mod metrics;
 pub mod node;
 pub mod peer_api;
+pub mod proposer;
 pub mod proto;
 pub mod raft_fatal;
 pub mod ranges;

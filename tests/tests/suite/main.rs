@@ -17,6 +17,7 @@ mod membership;
 mod metrics;
 mod minority;
 mod prevote;
+mod proposals;
 mod queues;
 mod ranges;
 mod restart;

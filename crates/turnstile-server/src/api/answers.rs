@@ -255,6 +255,14 @@ pub struct LogAnswer {
     pub entries_read_from_tree: u64,
 }
 
+/// Client writes this node proposed as leader, and the messages to Raft that carried them
+/// (`crate::proposer`): `writes / batches` is the mean batch.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ProposerAnswer {
+    pub batches: u64,
+    pub writes: u64,
+}
+
 /// `GET /v1/cluster`: this node's view (not a linearizable read).
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ClusterAnswer {
@@ -282,6 +290,7 @@ pub struct ClusterAnswer {
     /// The leaders of the last 32 terms this node knew a leader for, oldest first: terms it
     /// led, or in which it accepted an append from the leader.
     pub recent_leaders: Vec<crate::term_leaders::TermLeader>,
+    pub proposer: ProposerAnswer,
 }
 
 /// `POST /v1/admin/snapshot`.

@@ -12,8 +12,8 @@ use serde::Deserialize;
 use utoipa::IntoParams;
 
 use crate::api::answers::{
-    ClusterAnswer, HealthAnswer, LogAnswer, ReadyAnswer, RecordsAnswer, SnapshotStatsAnswer,
-    SnapshotsAnswer,
+    ClusterAnswer, HealthAnswer, LogAnswer, ProposerAnswer, ReadyAnswer, RecordsAnswer,
+    SnapshotStatsAnswer, SnapshotsAnswer,
 };
 use crate::app::App;
 use crate::error::ApiError;
@@ -113,6 +113,10 @@ pub async fn cluster(
         request_records: records,
         acks_dropped: app.acks.dropped(),
         recent_leaders: app.term_leaders.recent(),
+        proposer: {
+            let (batches, writes) = app.proposer.counts();
+            ProposerAnswer { batches, writes }
+        },
     }))
 }
 

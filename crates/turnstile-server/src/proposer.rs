@@ -1,0 +1,211 @@
+//! `Proposer`: the leader's group proposal. Client writes that arrive together go to Raft as
+//! one `client_write_many` message instead of one message each.
+//!
+//! Why: openraft's core runs its engine commands (an append to the log store, a wake-up of
+//! every replication task) after each message it takes from its API queue. With one message
+//! per write, 64 concurrent writes cost 64 appends and 64 rounds of replication wake-ups; as
+//! one message they cost one of each. Each write is still its own log entry, so a fencing
+//! token is still the index of the entry that granted it, and nothing about apply changes.
+//!
+//! Batching is by arrival only, never by waiting: the proposer task takes one write, then
+//! whatever else is already queued (at most `BATCH_ENTRIES_MAX`), and sends it on at once.
+//! A write that finds no other write in flight skips the queue and goes to Raft from its
+//! own task, so a lone client pays no extra hop.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use futures::stream::BoxStream;
+use futures::StreamExt;
+use openraft::errors::{ClientWriteError, Fatal, RaftError};
+use tokio::sync::{mpsc, oneshot};
+use turnstile_core::{Envelope, Response};
+use turnstile_raft::types::{Raft, TypeConfig};
+
+/// Writes in one message to Raft at most: bounds the append (and so the fdatasync) one
+/// batch adds to the leader's log.
+pub const BATCH_ENTRIES_MAX: usize = 256;
+/// Writes waiting for the proposer task at most; a caller past it waits for room (its own
+/// request timeout still bounds the wait).
+pub const QUEUE_WRITES_MAX: usize = 4_096;
+
+/// What a proposed write came to: the applied response, or Raft's reason it was not.
+pub type WriteOutcome = Result<Response, RaftError<TypeConfig, ClientWriteError<TypeConfig>>>;
+
+/// The outcomes of one batch, in submission order, as each entry applies.
+pub type Outcomes = BoxStream<'static, WriteOutcome>;
+
+/// Where batches go: Raft in a node, a scripted stand-in in the unit tests.
+pub trait Sink: Send + Sync + 'static {
+    /// Appends `envs` as consecutive entries, in order. An error means none was appended.
+    fn propose(
+        &self,
+        envs: Vec<Envelope>,
+    ) -> impl Future<Output = Result<Outcomes, Fatal<TypeConfig>>> + Send;
+}
+
+impl Sink for Raft {
+    async fn propose(&self, envs: Vec<Envelope>) -> Result<Outcomes, Fatal<TypeConfig>> {
+        let results = self.client_write_many(envs).await?;
+        Ok(results
+            .map(|result| match result {
+                Ok(Ok(written)) => Ok(written.response),
+                Ok(Err(e)) => Err(RaftError::APIError(e)),
+                Err(fatal) => Err(RaftError::Fatal(fatal)),
+            })
+            .boxed())
+    }
+}
+
+struct Pending {
+    env: Envelope,
+    reply: oneshot::Sender<WriteOutcome>,
+}
+
+/// The handle writes are proposed through; the task behind it stops when the last handle
+/// is dropped.
+pub struct Proposer<S: Sink = Raft> {
+    sink: Arc<S>,
+    queue: mpsc::Sender<Pending>,
+    counts: Arc<Counts>,
+}
+
+/// Messages and writes the proposer sent to Raft since the node started (`/v1/cluster`
+/// `proposer`): their ratio is the mean batch.
+#[derive(Debug, Default)]
+pub struct Counts {
+    pub batches: AtomicU64,
+    pub writes: AtomicU64,
+    /// Writes proposed or queued and not yet answered.
+    in_flight: AtomicU64,
+}
+
+/// One write in flight while it lives.
+struct InFlight<'a>(&'a AtomicU64);
+
+impl<'a> InFlight<'a> {
+    /// Counts a write in; returns the guard and whether it was alone.
+    fn enter(count: &'a AtomicU64) -> (InFlight<'a>, bool) {
+        let before = count.fetch_add(1, Ordering::AcqRel);
+        (InFlight(count), before == 0)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Why a write has no outcome to report.
+#[derive(Debug, thiserror::Error)]
+pub enum ProposeError {
+    /// Nothing was proposed: the proposer task had stopped (the node is shutting down).
+    #[error("the proposer has stopped (the node is shutting down)")]
+    Stopped,
+    /// The write was queued, so it may have been proposed, but its answer was lost.
+    #[error("the write was queued but its outcome was lost (the node is shutting down)")]
+    Unanswered,
+}
+
+impl<S: Sink> Proposer<S> {
+    /// Starts the proposer task for `sink` on the current tokio runtime.
+    pub fn start(sink: S) -> Proposer<S> {
+        let (queue, rx) = mpsc::channel(QUEUE_WRITES_MAX);
+        let counts = Arc::new(Counts::default());
+        let sink = Arc::new(sink);
+        tokio::spawn(run(sink.clone(), rx, counts.clone()));
+        Proposer {
+            sink,
+            queue,
+            counts,
+        }
+    }
+
+    /// Batches and writes sent to Raft so far.
+    pub fn counts(&self) -> (u64, u64) {
+        (
+            self.counts.batches.load(Ordering::Relaxed),
+            self.counts.writes.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Proposes `env` and waits for it to apply. Dropping the future abandons only the
+    /// wait: a write already queued is still proposed (its outcome is then unknown to the
+    /// caller, as with any timed-out write).
+    pub async fn write(&self, env: Envelope) -> Result<WriteOutcome, ProposeError> {
+        let (_in_flight, alone) = InFlight::enter(&self.counts.in_flight);
+        if alone {
+            return self.write_alone(env).await;
+        }
+        let (reply, rx) = oneshot::channel();
+        self.queue
+            .send(Pending { env, reply })
+            .await
+            .map_err(|_| ProposeError::Stopped)?;
+        rx.await.map_err(|_| ProposeError::Unanswered)
+    }
+
+    /// A batch of one, sent from the caller's task.
+    async fn write_alone(&self, env: Envelope) -> Result<WriteOutcome, ProposeError> {
+        self.counts.batches.fetch_add(1, Ordering::Relaxed);
+        self.counts.writes.fetch_add(1, Ordering::Relaxed);
+        match self.sink.propose(vec![env]).await {
+            Err(fatal) => Ok(Err(RaftError::Fatal(fatal))),
+            Ok(mut outcomes) => outcomes.next().await.ok_or(ProposeError::Unanswered),
+        }
+    }
+}
+
+impl<S: Sink> Clone for Proposer<S> {
+    fn clone(&self) -> Self {
+        Proposer {
+            sink: self.sink.clone(),
+            queue: self.queue.clone(),
+            counts: self.counts.clone(),
+        }
+    }
+}
+
+async fn run<S: Sink>(sink: Arc<S>, mut rx: mpsc::Receiver<Pending>, counts: Arc<Counts>) {
+    let mut batch = Vec::with_capacity(BATCH_ENTRIES_MAX);
+    while rx.recv_many(&mut batch, BATCH_ENTRIES_MAX).await > 0 {
+        counts.batches.fetch_add(1, Ordering::Relaxed);
+        counts
+            .writes
+            .fetch_add(batch.len() as u64, Ordering::Relaxed);
+        let (envs, replies): (Vec<Envelope>, Vec<_>) =
+            batch.drain(..).map(|p| (p.env, p.reply)).unzip();
+        match sink.propose(envs).await {
+            // Nothing was appended: a definite failure for each.
+            Err(fatal) => {
+                for reply in replies {
+                    let _ = reply.send(Err(RaftError::Fatal(fatal.clone())));
+                }
+            }
+            // A task per batch hands the outcomes out, so the next batch is proposed
+            // meanwhile.
+            Ok(outcomes) => {
+                tokio::spawn(hand_out(outcomes, replies));
+            }
+        }
+    }
+}
+
+/// Pairs the batch's outcomes with its callers in order. When the stream ends early (Raft
+/// stopped), the callers left are dropped unanswered: their entries may have been appended,
+/// so their outcome is unknown, not failed.
+async fn hand_out(mut outcomes: Outcomes, replies: Vec<oneshot::Sender<WriteOutcome>>) {
+    for reply in replies {
+        let Some(outcome) = outcomes.next().await else {
+            return;
+        };
+        // A caller that stopped waiting dropped its receiver; nothing to tell it.
+        let _ = reply.send(outcome);
+    }
+}
+
+#[cfg(test)]
+#[path = "proposer_test.rs"]
+mod tests;

@@ -1,0 +1,189 @@
+//! The proposer against a scripted sink: writes queued together leave as one batch, each
+//! caller gets its own entry's outcome, and a sink that fails or stops early is reported as
+//! failed (nothing appended) or unknown (maybe appended), never as another caller's answer.
+
+use std::sync::Mutex;
+
+use futures::future::join_all;
+use turnstile_core::{ApplyError, Command, Outcome};
+
+use super::*;
+
+/// What the scripted sink does with a batch.
+#[derive(Clone, Copy)]
+enum Script {
+    /// Answers every entry: revision = the write's number, taken from its request id.
+    Apply,
+    /// Refuses the batch: nothing appended.
+    Refuse,
+    /// Answers the first `n` entries, then ends the stream (Raft stopped meanwhile).
+    StopAfter(usize),
+}
+
+struct ScriptedSink {
+    script: Script,
+    batches: Arc<Mutex<Vec<usize>>>,
+}
+
+impl Sink for ScriptedSink {
+    async fn propose(&self, envs: Vec<Envelope>) -> Result<Outcomes, Fatal<TypeConfig>> {
+        self.batches
+            .lock()
+            .expect("no test thread panics holding the lock")
+            .push(envs.len());
+        let answered = match self.script {
+            Script::Refuse => return Err(Fatal::Stopped),
+            Script::Apply => envs.len(),
+            Script::StopAfter(n) => n,
+        };
+        let outcomes: Vec<WriteOutcome> = envs.iter().take(answered).map(applied).collect();
+        Ok(later(outcomes))
+    }
+}
+
+/// `outcomes` as a stream that is not ready at its first poll, as entries are not applied
+/// the moment they are proposed.
+fn later(outcomes: Vec<WriteOutcome>) -> Outcomes {
+    futures::stream::once(tokio::task::yield_now())
+        .flat_map(move |()| futures::stream::iter(outcomes.clone()))
+        .boxed()
+}
+
+fn applied(env: &Envelope) -> WriteOutcome {
+    let number = env
+        .request_id
+        .as_deref()
+        .and_then(|id| id.parse().ok())
+        .expect("every test write carries its number as request id");
+    Ok(Response {
+        revision: number,
+        term: 1,
+        replayed: false,
+        outcome: Ok(Outcome::Applied),
+    })
+}
+
+fn write(number: u64) -> Envelope {
+    Envelope {
+        now_ms: 0,
+        request_id: Some(number.to_string()),
+        command: Command::Tick,
+    }
+}
+
+fn start(script: Script) -> (Proposer<ScriptedSink>, Arc<Mutex<Vec<usize>>>) {
+    let batches = Arc::new(Mutex::new(Vec::new()));
+    let sink = ScriptedSink {
+        script,
+        batches: batches.clone(),
+    };
+    (Proposer::start(sink), batches)
+}
+
+/// Sends writes `1..=n` before the proposer task runs, then waits for all of them: the
+/// test's runtime is single threaded, and `join_all` polls every write once before it
+/// yields (`unconstrained` keeps tokio's cooperative budget from making it yield early).
+/// Write 1 finds nothing in flight and goes alone; writes 2 to n find it and queue.
+async fn write_all<S: Sink>(
+    proposer: &Proposer<S>,
+    n: u64,
+) -> Vec<Result<WriteOutcome, ProposeError>> {
+    tokio::task::unconstrained(join_all((1..=n).map(|i| proposer.write(write(i))))).await
+}
+
+#[tokio::test]
+async fn writes_queued_together_leave_as_one_batch_and_each_gets_its_own_outcome() {
+    let (proposer, batches) = start(Script::Apply);
+    let outcomes = write_all(&proposer, 10).await;
+    for (i, outcome) in (1..).zip(outcomes) {
+        let response = outcome.expect("queued").expect("applied");
+        assert_eq!(
+            response.revision, i,
+            "write {i} got another write's outcome"
+        );
+    }
+    assert_eq!(*batches.lock().expect("no poison"), vec![1, 9]);
+    assert_eq!(proposer.counts(), (2, 10));
+}
+
+#[tokio::test]
+async fn a_batch_holds_at_most_batch_entries_max_writes() {
+    let (proposer, batches) = start(Script::Apply);
+    let n = BATCH_ENTRIES_MAX as u64 + 4;
+    let outcomes = write_all(&proposer, n).await;
+    assert!(outcomes.iter().all(|o| matches!(o, Ok(Ok(_)))));
+    assert_eq!(
+        *batches.lock().expect("no poison"),
+        vec![1, BATCH_ENTRIES_MAX, 3]
+    );
+}
+
+/// One write after another, each answered before the next: none waits for the proposer task.
+#[tokio::test]
+async fn a_lone_write_is_sent_at_once() {
+    let (proposer, batches) = start(Script::Apply);
+    for i in 1..=3 {
+        let response = proposer.write(write(i)).await.expect("queued").expect("ok");
+        assert_eq!(response.revision, i);
+    }
+    assert_eq!(*batches.lock().expect("no poison"), vec![1, 1, 1]);
+}
+
+#[tokio::test]
+async fn a_refused_batch_fails_every_write_in_it() {
+    let (proposer, _) = start(Script::Refuse);
+    for outcome in write_all(&proposer, 4).await {
+        assert!(
+            matches!(outcome, Ok(Err(RaftError::Fatal(Fatal::Stopped)))),
+            "{outcome:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn writes_left_when_raft_stops_mid_batch_are_unanswered_not_failed() {
+    let (proposer, _) = start(Script::StopAfter(2));
+    let outcomes = write_all(&proposer, 5).await;
+    for (i, outcome) in (1..).zip(&outcomes) {
+        // Write 1 went alone; writes 2 to 5 were one batch, of which Raft answered two.
+        if i <= 3 {
+            assert!(
+                matches!(outcome, Ok(Ok(r)) if r.revision == i),
+                "{outcome:?}"
+            );
+        } else {
+            assert!(
+                matches!(outcome, Err(ProposeError::Unanswered)),
+                "write {i}: {outcome:?}"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn an_applied_error_reaches_its_own_caller() {
+    struct OddFails;
+    impl Sink for OddFails {
+        async fn propose(&self, envs: Vec<Envelope>) -> Result<Outcomes, Fatal<TypeConfig>> {
+            let outcomes: Vec<WriteOutcome> = envs
+                .iter()
+                .map(|env| {
+                    let mut outcome = applied(env)?;
+                    if outcome.revision % 2 == 1 {
+                        outcome.outcome = Err(ApplyError::RequestIdReused {
+                            request_id: outcome.revision.to_string(),
+                        });
+                    }
+                    Ok(outcome)
+                })
+                .collect();
+            Ok(later(outcomes))
+        }
+    }
+    let proposer = Proposer::start(OddFails);
+    for (i, outcome) in (1..).zip(write_all(&proposer, 6).await) {
+        let response = outcome.expect("queued").expect("answered");
+        assert_eq!(response.revision, i);
+        assert_eq!(response.outcome.is_err(), i % 2 == 1, "write {i}");
+    }
+}
