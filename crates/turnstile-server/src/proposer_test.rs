@@ -83,11 +83,15 @@ fn start(script: Script) -> (Proposer<ScriptedSink>, Arc<Mutex<Vec<usize>>>) {
 /// Sends writes `1..=n` before the proposer task runs, then waits for all of them: the
 /// test's runtime is single threaded, and `join_all` polls every write once before it
 /// yields (`unconstrained` keeps tokio's cooperative budget from making it yield early).
-/// Write 1 finds nothing in flight and goes alone; writes 2 to n find it and queue.
+/// Writes 1 and 2 find at most one other in flight and go alone; writes 3 to n queue.
 async fn write_all<S: Sink>(
     proposer: &Proposer<S>,
     n: u64,
 ) -> Vec<Result<WriteOutcome, ProposeError>> {
+    assert_eq!(
+        DIRECT_OTHERS_IN_FLIGHT_MAX, 1,
+        "the batches below assume it"
+    );
     tokio::task::unconstrained(join_all((1..=n).map(|i| proposer.write(write(i))))).await
 }
 
@@ -102,19 +106,19 @@ async fn writes_queued_together_leave_as_one_batch_and_each_gets_its_own_outcome
             "write {i} got another write's outcome"
         );
     }
-    assert_eq!(*batches.lock().expect("no poison"), vec![1, 9]);
-    assert_eq!(proposer.counts(), (2, 10));
+    assert_eq!(*batches.lock().expect("no poison"), vec![1, 1, 8]);
+    assert_eq!(proposer.counts(), (3, 10));
 }
 
 #[tokio::test]
 async fn a_batch_holds_at_most_batch_entries_max_writes() {
     let (proposer, batches) = start(Script::Apply);
-    let n = BATCH_ENTRIES_MAX as u64 + 4;
+    let n = BATCH_ENTRIES_MAX as u64 + 5;
     let outcomes = write_all(&proposer, n).await;
     assert!(outcomes.iter().all(|o| matches!(o, Ok(Ok(_)))));
     assert_eq!(
         *batches.lock().expect("no poison"),
-        vec![1, BATCH_ENTRIES_MAX, 3]
+        vec![1, 1, BATCH_ENTRIES_MAX, 3]
     );
 }
 
@@ -145,8 +149,8 @@ async fn writes_left_when_raft_stops_mid_batch_are_unanswered_not_failed() {
     let (proposer, _) = start(Script::StopAfter(2));
     let outcomes = write_all(&proposer, 5).await;
     for (i, outcome) in (1..).zip(&outcomes) {
-        // Write 1 went alone; writes 2 to 5 were one batch, of which Raft answered two.
-        if i <= 3 {
+        // Writes 1 and 2 went alone; writes 3 to 5 were one batch, of which Raft answered two.
+        if i <= 4 {
             assert!(
                 matches!(outcome, Ok(Ok(r)) if r.revision == i),
                 "{outcome:?}"
