@@ -83,6 +83,17 @@ async fn concurrent_writes_each_get_their_own_entry() -> anyhow::Result<()> {
         after - before,
         2 * WRITERS
     );
+    // `/metrics` exports the same counter.
+    let text = reqwest::get(c.url(leader, "/metrics"))
+        .await?
+        .text()
+        .await?;
+    let exported = text
+        .lines()
+        .find_map(|l| l.strip_prefix("turnstile_proposer_writes_total "))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .expect("/metrics exports turnstile_proposer_writes_total");
+    assert!(exported >= after as f64, "{exported} < {after}");
     c.converged().await?;
     c.shutdown().await;
     Ok(())

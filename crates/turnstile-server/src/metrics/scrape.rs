@@ -63,6 +63,17 @@ pub fn sampled(app: &App, log: &SyncStatsHandle) -> Registry {
         "Queued acquires whose HTTP request this node holds open; node-local",
         ConstGauge::new(app.waiters.len() as u64),
     );
+    let (batches, writes) = app.proposer.counts();
+    r.register(
+        "proposer_batches",
+        "Messages to Raft carrying client writes this node proposed as leader; node-local",
+        ConstCounter::new(batches),
+    );
+    r.register(
+        "proposer_writes",
+        "Client writes this node proposed as leader (writes / batches is the mean batch); node-local",
+        ConstCounter::new(writes),
+    );
     r
 }
 
