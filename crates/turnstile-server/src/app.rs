@@ -91,9 +91,10 @@ impl App {
         waiters: Arc<WaiterRegistry>,
     ) -> App {
         let disk = crate::disk_space::DiskSpace::new(cfg.id, &cfg.data_dir, cfg.disk_reserve_mb);
+        let proposer = crate::proposer::Proposer::start(raft.clone());
         let app = App {
             cfg,
-            raft: raft.clone(),
+            raft,
             sm,
             peers,
             clock: LeaderClock::default(),
@@ -113,7 +114,7 @@ impl App {
             disk,
             term_leaders: Default::default(),
             member_vouch: Default::default(),
-            proposer: crate::proposer::Proposer::start(raft.clone()),
+            proposer,
         };
         app.raft.runtime_config().elect(phase.may_vote());
         app

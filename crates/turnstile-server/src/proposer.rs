@@ -81,11 +81,19 @@ pub struct Proposer<S: Sink = Raft> {
 /// Messages and writes the proposer sent to Raft since the node started (`/v1/cluster`
 /// `proposer`): their ratio is the mean batch.
 #[derive(Debug, Default)]
-pub struct Counts {
-    pub batches: AtomicU64,
-    pub writes: AtomicU64,
+struct Counts {
+    batches: AtomicU64,
+    writes: AtomicU64,
     /// Writes proposed or queued and not yet answered.
     in_flight: AtomicU64,
+}
+
+impl Counts {
+    /// One message to Raft carrying `writes` writes.
+    fn record_batch(&self, writes: usize) {
+        self.batches.fetch_add(1, Ordering::Relaxed);
+        self.writes.fetch_add(writes as u64, Ordering::Relaxed);
+    }
 }
 
 /// One write in flight while it lives.
@@ -156,8 +164,7 @@ impl<S: Sink> Proposer<S> {
 
     /// A batch of one, sent from the caller's task.
     async fn write_alone(&self, env: Envelope) -> Result<WriteOutcome, ProposeError> {
-        self.counts.batches.fetch_add(1, Ordering::Relaxed);
-        self.counts.writes.fetch_add(1, Ordering::Relaxed);
+        self.counts.record_batch(1);
         match self.sink.propose(vec![env]).await {
             Err(fatal) => Ok(Err(RaftError::Fatal(fatal))),
             Ok(mut outcomes) => outcomes.next().await.ok_or(ProposeError::Unanswered),
@@ -178,10 +185,7 @@ impl<S: Sink> Clone for Proposer<S> {
 async fn run<S: Sink>(sink: Arc<S>, mut rx: mpsc::Receiver<Pending>, counts: Arc<Counts>) {
     let mut batch = Vec::with_capacity(BATCH_ENTRIES_MAX);
     while rx.recv_many(&mut batch, BATCH_ENTRIES_MAX).await > 0 {
-        counts.batches.fetch_add(1, Ordering::Relaxed);
-        counts
-            .writes
-            .fetch_add(batch.len() as u64, Ordering::Relaxed);
+        counts.record_batch(batch.len());
         let (envs, replies): (Vec<Envelope>, Vec<_>) =
             batch.drain(..).map(|p| (p.env, p.reply)).unzip();
         match sink.propose(envs).await {
