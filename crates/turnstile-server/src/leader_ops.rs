@@ -130,6 +130,9 @@ impl App {
 
     /// Answers a read from this node's applied state. Linearizable only after ReadIndex.
     pub(crate) fn answer_locally(&self, query: &ReadQuery) -> ReadAnswer {
+        if let Some(answer) = self.answer_key_span(query) {
+            return answer;
+        }
         let term = self.term();
         let inner = self.sm.read();
         let state = &inner.state;
@@ -160,6 +163,40 @@ impl App {
     }
 }
 
+impl App {
+    /// A key span (`crate::key_span`), judged under the state lock and scanned after it on an
+    /// O(1) copy of the key map, so a large span does not hold apply up. `None`: not a span.
+    fn answer_key_span(&self, query: &ReadQuery) -> Option<ReadAnswer> {
+        let (principal, span) = match query {
+            ReadQuery::KeySpan(span) => (None, span),
+            ReadQuery::As { principal, query } => match &**query {
+                ReadQuery::KeySpan(span) => (Some(principal.as_str()), span),
+                _ => return None,
+            },
+            _ => return None,
+        };
+        let (keys, revision) = {
+            let inner = self.sm.read();
+            let state = &inner.state;
+            if let Some(p) = principal {
+                if let Err(reason) = judge_read(state, p, &ReadQuery::KeySpan(span.clone())) {
+                    return Some(ReadAnswer::Denied { reason });
+                }
+            }
+            (state.keys.clone(), state.applied_index)
+        };
+        let mut answer = crate::key_span::read(&keys, span, revision);
+        drop(keys);
+        if let (Some(p), Ok(a)) = (principal, &mut answer) {
+            let inner = self.sm.read();
+            for kv in &mut a.kvs {
+                kv.lease_id = kv.lease_id.filter(|id| inner.state.auth.owns_lease(p, *id));
+            }
+        }
+        Some(ReadAnswer::KeySpan(answer))
+    }
+}
+
 fn answer(state: &turnstile_core::State, query: &ReadQuery, now_ms: u64) -> ReadAnswer {
     match query {
         ReadQuery::Lease { lease_id } => ReadAnswer::Lease(LeaseView::of(state, *lease_id, now_ms)),
@@ -173,6 +210,11 @@ fn answer(state: &turnstile_core::State, query: &ReadQuery, now_ms: u64) -> Read
         ReadQuery::Locks(r) => ReadAnswer::Locks(ranges::locks(state, r)),
         ReadQuery::Elections(r) => ReadAnswer::Elections(ranges::elections(state, r)),
         ReadQuery::Leases(r) => ReadAnswer::Leases(ranges::leases(state, None, r, now_ms)),
+        ReadQuery::KeySpan(span) => ReadAnswer::KeySpan(crate::key_span::read(
+            &state.keys,
+            span,
+            state.applied_index,
+        )),
         ReadQuery::Whoami | ReadQuery::As { .. } => ReadAnswer::Denied {
             reason: "no principal".into(),
         },
@@ -198,6 +240,15 @@ fn judge_read(
             (Kind::Lock, name)
         }
         ReadQuery::Key { key } => (Kind::Key, key),
+        ReadQuery::KeySpan(span) => {
+            return state
+                .auth
+                .require(principal, Kind::Key, span.guard_prefix(), Access::Read)
+                .map_err(|e| match e {
+                    turnstile_core::ApplyError::PermissionDenied { reason } => reason,
+                    other => other.to_string(),
+                })
+        }
         ReadQuery::Counter { name } => (Kind::Counter, name),
         ReadQuery::As { .. } => return Err("nested principal".into()),
     };

@@ -89,6 +89,8 @@ pub enum ReadQuery {
     Leases(Range<u64>),
     /// A page of elections (names with a candidate).
     Elections(Range<String>),
+    /// etcd's `Range` (`crate::key_span`; the etcd port).
+    KeySpan(crate::key_span::KeySpan),
 }
 
 /// The answer to a [`ReadQuery`]; `None` where the record does not exist.
@@ -110,6 +112,7 @@ pub enum ReadAnswer {
     Locks(Page<LockView>),
     Leases(Page<LeaseItem>),
     Elections(Page<crate::election_views::ElectionView>),
+    KeySpan(Result<crate::key_span::SpanAnswer, crate::key_span::SpanError>),
 }
 
 /// Membership operations executed by the leader.
