@@ -176,6 +176,11 @@ impl Cluster {
         Ok(id)
     }
 
+    /// Node `id`'s etcd port, when the cluster serves one (`--etcd-listen`) and `id` runs.
+    pub fn etcd_addr(&self, id: u64) -> Option<SocketAddr> {
+        self.nodes.get(&id).and_then(|n| n.etcd_addr)
+    }
+
     pub fn data_dir(&self, id: u64) -> PathBuf {
         self.root.path().join(format!("node-{id}"))
     }

@@ -113,6 +113,10 @@ pub struct ServeArgs {
     /// Address serving both the client API (/v1) and peer RPC (/raft).
     #[arg(long, env = "TURNSTILE_LISTEN")]
     pub listen: Option<SocketAddr>,
+    /// Address serving etcd's v3 gRPC API (docs/etcd-compat.md); off when not given. TLS and
+    /// authentication as on --listen.
+    #[arg(long, env = "TURNSTILE_ETCD_LISTEN")]
+    pub etcd_listen: Option<SocketAddr>,
     /// Directory for the Raft log, snapshots and the node's identity.
     #[arg(long, env = "TURNSTILE_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
@@ -212,6 +216,7 @@ pub struct ServeArgs {
 struct FileConfig {
     id: Option<u64>,
     listen: Option<SocketAddr>,
+    etcd_listen: Option<SocketAddr>,
     data_dir: Option<PathBuf>,
     initial_cluster: Option<String>,
     cluster_secret: Option<String>,
@@ -243,6 +248,8 @@ struct FileConfig {
 pub struct NodeConfig {
     pub id: u64,
     pub listen: SocketAddr,
+    /// The etcd port (`crate::etcd`), if served.
+    pub etcd_listen: Option<SocketAddr>,
     pub data_dir: PathBuf,
     pub initial_cluster: BTreeMap<u64, SocketAddr>,
     pub cluster_secret: String,
@@ -330,6 +337,7 @@ impl ServeArgs {
                 .listen
                 .or(file.listen)
                 .ok_or(ConfigError::Missing("listen"))?,
+            etcd_listen: self.etcd_listen.or(file.etcd_listen),
             data_dir: self
                 .data_dir
                 .or(file.data_dir)
@@ -548,6 +556,11 @@ impl NodeConfig {
             return Err(ConfigError::InsecureNotSaid {
                 listen: self.listen,
             });
+        }
+        if let Some(etcd) = self.etcd_listen.filter(|a| !a.ip().is_loopback()) {
+            if self.tls.is_none() && !self.insecure {
+                return Err(ConfigError::InsecureNotSaid { listen: etcd });
+            }
         }
         let interval = TLS_RELOAD_INTERVAL_MS_MIN..=TLS_RELOAD_INTERVAL_MS_MAX;
         if !interval.contains(&self.tls_reload_interval_ms) {

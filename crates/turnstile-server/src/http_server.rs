@@ -100,6 +100,8 @@ impl HttpLimits {
 pub struct TlsServer {
     pub state: Arc<TlsState>,
     pub metrics: Arc<TlsMetrics>,
+    /// Negotiate HTTP/2 (`h2`, gRPC: the etcd port) instead of HTTP/1.1.
+    pub h2: bool,
 }
 
 /// What every connection of one server shares.
@@ -194,7 +196,7 @@ fn spawn_connection(
 
 /// The TLS handshake of one connection, under the header read timeout, and the client's
 /// verified certificate if it sent one. `None`: failed (logged and counted), closed.
-async fn handshake(
+pub(crate) async fn handshake(
     tcp: TcpStream,
     peer: SocketAddr,
     tls: &TlsServer,
@@ -203,7 +205,12 @@ async fn handshake(
     tokio_rustls::server::TlsStream<TcpStream>,
     Option<ClientCert>,
 )> {
-    let accepting = tls.state.acceptor().accept(tcp);
+    let acceptor = if tls.h2 {
+        tls.state.acceptor_h2()
+    } else {
+        tls.state.acceptor()
+    };
+    let accepting = acceptor.accept(tcp);
     let stream = match tokio::time::timeout(limits.header_read_timeout, accepting).await {
         Ok(Ok(stream)) => stream,
         Ok(Err(e)) => {
@@ -278,7 +285,7 @@ impl Drop for OpenConnection {
 }
 
 /// Errors of one incoming connection (reset before it was accepted), not of the listener.
-fn is_connection_error(e: &io::Error) -> bool {
+pub(crate) fn is_connection_error(e: &io::Error) -> bool {
     matches!(
         e.kind(),
         io::ErrorKind::ConnectionRefused

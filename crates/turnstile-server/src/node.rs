@@ -69,6 +69,8 @@ pub enum StartError {
 /// A started node.
 pub struct RunningNode {
     pub addr: SocketAddr,
+    /// The etcd port's address, when it is served (`--etcd-listen`).
+    pub etcd_addr: Option<SocketAddr>,
     pub app: Arc<App>,
     stop: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
@@ -120,6 +122,14 @@ pub async fn start(
     faults: Faults,
 ) -> Result<RunningNode, StartError> {
     let addr = listener.local_addr().map_err(StartError::Listener)?;
+    let etcd_listener = match cfg.etcd_listen {
+        Some(at) => Some(TcpListener::bind(at).await.map_err(StartError::Listener)?),
+        None => None,
+    };
+    let etcd_addr = match &etcd_listener {
+        Some(l) => Some(l.local_addr().map_err(StartError::Listener)?),
+        None => None,
+    };
     // Before anything applies: every replica of a bug-injection run must break the same way.
     #[cfg(feature = "test-hooks")]
     let cfg = NodeConfig {
@@ -189,6 +199,7 @@ pub async fn start(
     let tls_server = tls.as_ref().map(|state| http_server::TlsServer {
         state: state.clone(),
         metrics: metrics.tls(),
+        h2: false,
     });
     let server = tokio::spawn(http_server::serve(
         listener,
@@ -212,6 +223,22 @@ pub async fn start(
         metrics.spawn_raft_watch(app.raft.clone(), app.term_leaders.clone(), stop_rx.clone()),
         tokio::spawn(bootstrap::run(app.clone(), stop_rx.clone())),
     ];
+    if let Some(listener) = etcd_listener {
+        let drain = Duration::from_millis(app.cfg.request_timeout_ms + IN_FLIGHT_MS_MARGIN);
+        tasks.push(tokio::spawn(crate::etcd::serve(
+            app.clone(),
+            listener,
+            HttpLimits::from_config(&app.cfg),
+            tls.as_ref().map(|state| http_server::TlsServer {
+                state: state.clone(),
+                metrics: metrics.tls(),
+                h2: true,
+            }),
+            stop_rx.clone(),
+            drain,
+        )));
+        tracing::info!(node_id = app.node_id(), addr = ?etcd_addr, "etcd port serving");
+    }
     if let Some(state) = tls {
         let interval = Duration::from_millis(app.cfg.tls_reload_interval_ms);
         tasks.push(tokio::spawn(crate::tls::reload::run(
@@ -224,6 +251,7 @@ pub async fn start(
     }
     Ok(RunningNode {
         addr,
+        etcd_addr,
         app,
         stop,
         tasks,

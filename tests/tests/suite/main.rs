@@ -7,6 +7,7 @@ mod bad_input;
 mod container_image;
 mod dashboard;
 mod elections;
+mod etcd_port;
 mod failover;
 mod hostile_peers;
 mod hot_lock;

@@ -70,6 +70,15 @@ impl TlsState {
         TlsAcceptor::from(self.server.load_full())
     }
 
+    /// The same certificates with ALPN `h2` instead of `http/1.1`, for gRPC (the etcd port):
+    /// a gRPC client offers only `h2`, and rustls refuses a handshake with no protocol in
+    /// common.
+    pub fn acceptor_h2(&self) -> TlsAcceptor {
+        let mut config = (*self.server.load_full()).clone();
+        config.alpn_protocols = vec![b"h2".to_vec()];
+        TlsAcceptor::from(std::sync::Arc::new(config))
+    }
+
     /// Reads the files and, if they changed, builds and swaps in new configs. On error the
     /// old configs stay.
     pub fn reload(&self) -> Result<Reloaded, TlsError> {

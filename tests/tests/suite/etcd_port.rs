@@ -1,0 +1,328 @@
+//! The etcd port (`--etcd-listen`) driven by Debian's real `etcdctl` (3.4) against 3-node
+//! clusters: keys, transactions, leases, members and status answer as etcd's do, revisions are
+//! Turnstile's log indexes (the same numbers `/v1/kv` shows), what is not served fails with
+//! `Unimplemented` and a message naming it, a past revision answers etcd's "compacted", and a
+//! secure cluster's port wants a client certificate (the principal is its CN).
+//!
+//! Skipped, and saying so, where `etcdctl` is not installed (`.ci/run` installs it).
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Output;
+use std::time::Duration;
+
+use anyhow::{ensure, Context};
+use serde_json::Value;
+use turnstile_server::tls::certs;
+use turnstile_tests::Cluster;
+
+/// How long one `etcdctl` run may take before the test fails.
+const ETCDCTL_TIMEOUT_S: u64 = 30;
+
+fn etcd_port(args: &mut turnstile_server::config::ServeArgs) {
+    args.etcd_listen = Some("127.0.0.1:0".parse().expect("addr"));
+}
+
+fn etcdctl_binary() -> Option<PathBuf> {
+    let path = PathBuf::from("/usr/bin/etcdctl");
+    path.exists().then_some(path)
+}
+
+/// Runs `etcdctl` with `args` against `endpoints`, feeding it `stdin`.
+struct Etcdctl {
+    binary: PathBuf,
+    endpoints: String,
+    /// `--cacert`, `--cert`, `--key` for a secure cluster.
+    tls: Vec<String>,
+}
+
+impl Etcdctl {
+    fn new(binary: PathBuf, endpoints: &[SocketAddr]) -> Etcdctl {
+        let endpoints = endpoints
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(",");
+        Etcdctl {
+            binary,
+            endpoints,
+            tls: Vec::new(),
+        }
+    }
+
+    async fn run_with(&self, args: &[&str], stdin: Option<&str>) -> anyhow::Result<Output> {
+        use tokio::io::AsyncWriteExt;
+        let mut cmd = tokio::process::Command::new(&self.binary);
+        cmd.env("ETCDCTL_API", "3")
+            .arg(format!("--endpoints={}", self.endpoints))
+            .arg("--dial-timeout=5s")
+            .arg("--command-timeout=15s")
+            .args(&self.tls)
+            .args(args)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true);
+        let mut child = cmd.spawn().context("spawn etcdctl")?;
+        let mut input = child.stdin.take().context("stdin")?;
+        if let Some(text) = stdin {
+            input.write_all(text.as_bytes()).await?;
+        }
+        drop(input);
+        tokio::time::timeout(
+            Duration::from_secs(ETCDCTL_TIMEOUT_S),
+            child.wait_with_output(),
+        )
+        .await
+        .with_context(|| format!("etcdctl {args:?} did not finish"))?
+        .context("etcdctl output")
+    }
+
+    /// Runs `args`, demands success, returns stdout.
+    async fn ok(&self, args: &[&str]) -> anyhow::Result<String> {
+        self.ok_with(args, None).await
+    }
+
+    async fn ok_with(&self, args: &[&str], stdin: Option<&str>) -> anyhow::Result<String> {
+        let out = self.run_with(args, stdin).await?;
+        let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+        ensure!(
+            out.status.success(),
+            "etcdctl {args:?} failed: {}\nstdout: {stdout}\nstderr: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ok(stdout)
+    }
+
+    /// Runs `args`, demands failure, returns stderr.
+    async fn fails(&self, args: &[&str]) -> anyhow::Result<String> {
+        let out = self.run_with(args, None).await?;
+        ensure!(
+            !out.status.success(),
+            "etcdctl {args:?} succeeded: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        Ok(String::from_utf8_lossy(&out.stderr).to_string())
+    }
+
+    async fn json(&self, args: &[&str]) -> anyhow::Result<Value> {
+        let mut all = args.to_vec();
+        all.extend(["-w", "json"]);
+        let out = self.ok(&all).await?;
+        serde_json::from_str(&out).with_context(|| format!("etcdctl json: {out}"))
+    }
+}
+
+fn b64(s: &str) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(s)
+}
+
+fn etcd_addrs(c: &Cluster) -> anyhow::Result<Vec<SocketAddr>> {
+    (1..=3)
+        .map(|id| c.etcd_addr(id).context("node serves no etcd port"))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcdctl_keys_transactions_and_revisions() -> anyhow::Result<()> {
+    let Some(binary) = etcdctl_binary() else {
+        eprintln!("SKIPPED: /usr/bin/etcdctl is not installed (apt-get install etcd-client)");
+        return Ok(());
+    };
+    let c = Cluster::start_tuned(3, etcd_port).await?;
+    let ctl = Etcdctl::new(binary.clone(), &etcd_addrs(&c)?);
+
+    assert_eq!(ctl.ok(&["put", "app/a", "1"]).await?.trim(), "OK");
+    let put = ctl.json(&["put", "app/b", "2"]).await?;
+    let put_rev = put["header"]["revision"].as_u64().context("revision")?;
+    // The etcd revision is the log index: the same number Turnstile's own API shows.
+    let (status, v) = c.get(1, "/v1/kv/app/b").await?;
+    ensure!(status == 200, "{v}");
+    assert_eq!(v["mod_revision"].as_u64(), Some(put_rev), "{v}");
+    assert_eq!(
+        put["header"]["member_id"].as_u64().map(|m| m >= 1),
+        Some(true)
+    );
+
+    assert_eq!(ctl.ok(&["get", "app/a"]).await?, "app/a\n1\n");
+    ctl.ok(&["put", "other", "x"]).await?;
+    assert_eq!(
+        ctl.ok(&["get", "--prefix", "app/"]).await?,
+        "app/a\n1\napp/b\n2\n"
+    );
+    assert_eq!(
+        ctl.ok(&["get", "--prefix", "app/", "--keys-only"]).await?,
+        "app/a\n\napp/b\n\n"
+    );
+    let got = ctl.json(&["get", "--prefix", "app/", "--limit=1"]).await?;
+    assert_eq!(got["count"].as_u64(), Some(2), "{got}");
+    assert_eq!(got["more"].as_bool(), Some(true), "{got}");
+    assert_eq!(got["kvs"][0]["key"].as_str(), Some(b64("app/a").as_str()));
+    let got = ctl
+        .json(&[
+            "get",
+            "--prefix",
+            "app/",
+            "--order=DESCEND",
+            "--sort-by=MODIFY",
+        ])
+        .await?;
+    let keys: Vec<&str> = got["kvs"]
+        .as_array()
+        .context("kvs")?
+        .iter()
+        .filter_map(|k| k["key"].as_str())
+        .collect();
+    assert_eq!(keys, vec![b64("app/b"), b64("app/a")], "{got}");
+    assert_eq!(
+        ctl.ok(&["get", "--from-key", "app/b"]).await?,
+        "app/b\n2\nother\nx\n"
+    );
+
+    // A put with --prev-kv sees exactly the value it replaced.
+    assert_eq!(
+        ctl.ok(&["put", "app/a", "1b", "--prev-kv"]).await?,
+        "OK\napp/a\n1\n"
+    );
+    // Transactions: equality compares, both branches.
+    let txn = "value(\"app/a\") = \"1b\"\n\nput app/c 3\nget app/b\n\nput app/c never\n\n";
+    assert_eq!(
+        ctl.ok_with(&["txn"], Some(txn)).await?,
+        "SUCCESS\n\nOK\n\napp/b\n2\n"
+    );
+    let txn = "create(\"app/c\") = \"0\"\n\nput app/c twice\n\nget app/c\n\n";
+    assert_eq!(
+        ctl.ok_with(&["txn"], Some(txn)).await?,
+        "FAILURE\n\napp/c\n3\n"
+    );
+    assert_eq!(ctl.ok(&["del", "app/c"]).await?.trim(), "1");
+    assert_eq!(ctl.ok(&["del", "app/c"]).await?.trim(), "0");
+    assert_eq!(ctl.ok(&["get", "app/c"]).await?, "");
+
+    // Turnstile keeps no history: a past revision is etcd's "compacted", a future one too new.
+    let err = ctl.fails(&["get", "app/a", "--rev=2"]).await?;
+    ensure!(
+        err.contains("required revision has been compacted"),
+        "{err}"
+    );
+    let err = ctl.fails(&["get", "app/a", "--rev=999999"]).await?;
+    ensure!(err.contains("future revision"), "{err}");
+
+    // What is not served fails with Unimplemented and says what it was.
+    let err = ctl.fails(&["del", "--prefix", "app/"]).await?;
+    ensure!(
+        err.contains("Unimplemented") && err.contains("DeleteRange of more than one key"),
+        "{err}"
+    );
+    let err = ctl.fails(&["user", "list"]).await?;
+    ensure!(
+        err.contains("etcdserverpb.Auth/UserList is not supported by Turnstile's etcd port"),
+        "{err}"
+    );
+    let err = ctl.fails(&["put", "app/a", "--ignore-value"]).await?;
+    ensure!(
+        err.contains("Put with ignore_value is not supported"),
+        "{err}"
+    );
+
+    // Every member, and each node's status.
+    let members = ctl.ok(&["member", "list"]).await?;
+    assert_eq!(members.lines().count(), 3, "{members}");
+    let one = Etcdctl::new(binary, &[c.etcd_addr(2).context("node 2")?]);
+    let status = one.json(&["endpoint", "status"]).await?;
+    let s = &status[0]["Status"];
+    assert_eq!(s["version"].as_str(), Some("3.5.0"), "{status}");
+    ensure!(
+        s["leader"].as_u64().is_some_and(|l| (1..=3).contains(&l)),
+        "{status}"
+    );
+    ensure!(
+        s["raftIndex"].as_u64().is_some_and(|i| i >= put_rev),
+        "{status}"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcdctl_leases_grant_keep_alive_attach_and_revoke() -> anyhow::Result<()> {
+    let Some(binary) = etcdctl_binary() else {
+        eprintln!("SKIPPED: /usr/bin/etcdctl is not installed (apt-get install etcd-client)");
+        return Ok(());
+    };
+    let c = Cluster::start_tuned(3, etcd_port).await?;
+    let ctl = Etcdctl::new(binary, &etcd_addrs(&c)?);
+
+    let granted = ctl.ok(&["lease", "grant", "60"]).await?;
+    // "lease 12 granted with TTL(60s)", the id in hex.
+    let hex = granted
+        .split_whitespace()
+        .nth(1)
+        .context("a lease id")?
+        .to_string();
+    ensure!(granted.contains("granted with TTL(60s)"), "{granted}");
+    let id = u64::from_str_radix(&hex, 16)?;
+    let (status, v) = c.get(1, &format!("/v1/leases/{id}")).await?;
+    ensure!(status == 200, "the lease is Turnstile's own: {v}");
+
+    ctl.ok(&["put", "--lease", &hex, "svc/one", "up"]).await?;
+    let ttl = ctl.ok(&["lease", "timetolive", &hex, "--keys"]).await?;
+    ensure!(
+        ttl.contains("granted with TTL(60s)") && ttl.contains("attached keys([svc/one])"),
+        "{ttl}"
+    );
+    let kept = ctl.ok(&["lease", "keep-alive", "--once", &hex]).await?;
+    ensure!(kept.contains("keepalived with TTL(60)"), "{kept}");
+    let list = ctl.ok(&["lease", "list"]).await?;
+    ensure!(list.contains(&hex), "{list}");
+
+    assert_eq!(
+        ctl.ok(&["lease", "revoke", &hex]).await?.trim(),
+        format!("lease {hex} revoked")
+    );
+    assert_eq!(
+        ctl.ok(&["get", "svc/one"]).await?,
+        "",
+        "its key went with it"
+    );
+    let gone = ctl.ok(&["lease", "timetolive", &hex]).await?;
+    ensure!(gone.contains("already expired"), "{gone}");
+    let err = ctl.fails(&["lease", "revoke", &hex]).await?;
+    ensure!(err.contains("requested lease not found"), "{err}");
+    let err = ctl.fails(&["put", "--lease", &hex, "svc/two", "x"]).await?;
+    ensure!(err.contains("requested lease not found"), "{err}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_secure_clusters_etcd_port_wants_a_client_certificate() -> anyhow::Result<()> {
+    let Some(binary) = etcdctl_binary() else {
+        eprintln!("SKIPPED: /usr/bin/etcdctl is not installed (apt-get install etcd-client)");
+        return Ok(());
+    };
+    let c = Cluster::start_secure_tuned(3, etcd_port).await?;
+    let dir: &Path = &c.certs_dir().context("certs")?;
+    let ca = certs::ca_paths(dir).cert;
+    let root = certs::client_paths(dir, turnstile_tests::ROOT_USER);
+    let addrs = etcd_addrs(&c)?;
+    let mut ctl = Etcdctl::new(binary.clone(), &addrs);
+    ctl.tls = vec![
+        format!("--cacert={}", ca.display()),
+        format!("--cert={}", root.cert.display()),
+        format!("--key={}", root.key.display()),
+    ];
+    assert_eq!(ctl.ok(&["put", "k", "v"]).await?.trim(), "OK");
+    assert_eq!(ctl.ok(&["get", "k"]).await?, "k\nv\n");
+    assert_eq!(ctl.ok(&["member", "list"]).await?.lines().count(), 3);
+
+    // TLS without a client certificate: the connection is made, every call is refused.
+    let mut anonymous = Etcdctl::new(binary.clone(), &addrs);
+    anonymous.tls = vec![format!("--cacert={}", ca.display())];
+    let err = anonymous.fails(&["get", "k"]).await?;
+    ensure!(err.contains("no credential"), "{err}");
+    // Plain gRPC to the TLS port never gets an answer.
+    let plain = Etcdctl::new(binary, &addrs);
+    plain.fails(&["get", "k"]).await?;
+    Ok(())
+}
