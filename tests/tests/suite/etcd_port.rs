@@ -23,8 +23,14 @@ fn etcd_port(args: &mut turnstile_server::config::ServeArgs) {
     args.etcd_listen = Some("127.0.0.1:0".parse().expect("addr"));
 }
 
+/// Debian's `etcdctl`; `None` (the test skips, saying so) where it is not installed, except
+/// in CI, which installs it: there a missing one fails the test.
 fn etcdctl_binary() -> Option<PathBuf> {
     let path = PathBuf::from("/usr/bin/etcdctl");
+    assert!(
+        path.exists() || std::env::var_os("CI").is_none(),
+        "CI must install etcdctl (.ci/run: etcd-client)"
+    );
     path.exists().then_some(path)
 }
 
@@ -324,5 +330,84 @@ async fn a_secure_clusters_etcd_port_wants_a_client_certificate() -> anyhow::Res
     // Plain gRPC to the TLS port never gets an answer.
     let plain = Etcdctl::new(binary, &addrs);
     plain.fails(&["get", "k"]).await?;
+    Ok(())
+}
+
+/// The `etcd-client` crate: binary values are refused, not mangled; etcd's Lock service is
+/// Turnstile's lock (its revision is the fencing token that Turnstile's fenced writes check,
+/// and a second locker waits its turn in the queue); a keep-alive stream renews.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_client_crate_locks_fence_and_keep_alive() -> anyhow::Result<()> {
+    let c = Cluster::start_tuned(3, etcd_port).await?;
+    let endpoints: Vec<String> = etcd_addrs(&c)?
+        .iter()
+        .map(|a| format!("http://{a}"))
+        .collect();
+    let mut client = etcd_client::Client::connect(&endpoints, None).await?;
+
+    let err = client
+        .put(b"bin".to_vec(), vec![0x80, 0xff], None)
+        .await
+        .expect_err("a value that is not UTF-8");
+    ensure!(err.to_string().contains("not UTF-8"), "{err}");
+    client.put("text", "ok", None).await?;
+
+    let first = client.lease_grant(30, None).await?.id();
+    let second = client.lease_grant(30, None).await?.id();
+    let opts = |lease| etcd_client::LockOptions::new().with_lease(lease);
+    let held = client.lock("res", Some(opts(first))).await?;
+    let token = held.header().context("header")?.revision();
+    assert_eq!(held.key(), format!("res/{first:x}").as_bytes());
+    let (status, v) = c.get(1, "/v1/locks/res").await?;
+    ensure!(status == 200, "{v}");
+    assert_eq!(v["holders"][0]["token"].as_i64(), Some(token), "{v}");
+
+    // The second locker queues behind the first (Turnstile shows it waiting) ...
+    let mut other = etcd_client::Client::connect(&endpoints, None).await?;
+    let waiting = tokio::spawn(async move { other.lock("res", Some(opts(second))).await });
+    turnstile_tests::wait_for("the second locker queued", || async {
+        let (_, v) = c.get(1, "/v1/locks/res").await.ok()?;
+        v["waiters"]
+            .as_array()
+            .is_some_and(|w| w.len() == 1)
+            .then_some(())
+    })
+    .await?;
+    ensure!(
+        !waiting.is_finished(),
+        "granted while the first still held it"
+    );
+    // ... and is granted on unlock, with a larger token; the first token is now fenced off.
+    client.unlock(held.key()).await?;
+    let next = waiting.await??;
+    let next_token = next.header().context("header")?.revision();
+    ensure!(next_token > token, "{next_token} after {token}");
+    let fenced = |t: i64| serde_json::json!({"value": "w", "fence": {"lock": "res", "token": t}});
+    let (status, v) = c
+        .call(
+            1,
+            reqwest::Method::PUT,
+            "/v1/kv/guarded",
+            Some(fenced(token)),
+        )
+        .await?;
+    ensure!(
+        status == 409 && v["code"] == "fenced",
+        "the old token must be refused: {status} {v}"
+    );
+    let (status, v) = c
+        .call(
+            1,
+            reqwest::Method::PUT,
+            "/v1/kv/guarded",
+            Some(fenced(next_token)),
+        )
+        .await?;
+    ensure!(status == 200, "the new token must pass: {status} {v}");
+
+    let (mut keeper, mut stream) = client.lease_keep_alive(second).await?;
+    keeper.keep_alive().await?;
+    let kept = stream.message().await?.context("a keep-alive answer")?;
+    assert_eq!((kept.id(), kept.ttl()), (second, 30));
     Ok(())
 }

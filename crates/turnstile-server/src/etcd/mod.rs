@@ -7,6 +7,7 @@
 //! - [`kv`]: Range, Put, DeleteRange (one key), Txn, Compact.
 //! - [`lease`]: LeaseGrant, LeaseRevoke, LeaseKeepAlive, LeaseTimeToLive, LeaseLeases.
 //! - [`cluster`]: MemberList, Status, Authenticate, AuthStatus.
+//! - [`lock`]: Lock and Unlock on Turnstile's own locks (the answer's revision is the token).
 //! - Everything else answers `Unimplemented`, with a message naming the RPC
 //!   ([`unimplemented`]), never a wrong answer.
 //!
@@ -20,6 +21,7 @@ pub mod common;
 pub mod kv;
 pub mod lease;
 pub mod listener;
+pub mod lock;
 pub mod unimplemented;
 
 pub use unimplemented::UnimplementedMessage;
@@ -35,7 +37,7 @@ use turnstile_etcd_proto::etcdserverpb::{
     watch_server::WatchServer,
 };
 use turnstile_etcd_proto::v3electionpb::election_server::{Election, ElectionServer};
-use turnstile_etcd_proto::v3lockpb::lock_server::{Lock, LockServer};
+use turnstile_etcd_proto::v3lockpb::lock_server::LockServer;
 
 use crate::app::App;
 use crate::http_server::{HttpLimits, TlsServer};
@@ -65,7 +67,6 @@ macro_rules! sized {
 struct Unserved;
 
 impl Watch for Unserved {}
-impl Lock for Unserved {}
 impl Election for Unserved {}
 
 /// Serves the etcd API on `listener` until `stop` changes, then for at most `drain` more
@@ -103,7 +104,9 @@ pub async fn serve(
         .add_service(sized!(MaintenanceServer::from_arc(cluster.clone())))
         .add_service(sized!(AuthServer::from_arc(cluster)))
         .add_service(WatchServer::new(Unserved))
-        .add_service(LockServer::new(Unserved))
+        .add_service(sized!(LockServer::new(lock::LockService {
+            app: app.clone()
+        })))
         .add_service(ElectionServer::new(Unserved));
     let mut stopped = stop.clone();
     let shutdown = async move {
