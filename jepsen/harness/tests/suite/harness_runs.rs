@@ -61,6 +61,9 @@ async fn correct_run_of(cfg: RunConfig) -> RunSummary {
     s
 }
 
+// Two seeds with every default fault (a third, 303, was dropped on 2026-12-04 to keep the
+// fresh-clone CI under 30 minutes as the etcd port was added; it is in `turnstile-jepsen run
+// --seeds` like any other), plus seed 404's storage and membership faults below.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn correct_server_passes_seed_101() {
     correct_run(101).await;
@@ -71,10 +74,6 @@ async fn correct_server_passes_seed_202() {
     correct_run(202).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn correct_server_passes_seed_303() {
-    correct_run(303).await;
-}
 
 /// Lost disks replaced through membership changes and failing fdatasync, mixed with kills and
 /// partitions: every checker passes, including convergence of the re-added nodes' digests.
