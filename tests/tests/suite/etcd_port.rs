@@ -322,6 +322,33 @@ async fn a_secure_clusters_etcd_port_wants_a_client_certificate() -> anyhow::Res
     assert_eq!(ctl.ok(&["get", "k"]).await?, "k\nv\n");
     assert_eq!(ctl.ok(&["member", "list"]).await?.lines().count(), 3);
 
+    // A user with a Turnstile token: etcdctl's `--user name:password` authenticates with the
+    // token as the password, then its permissions are Turnstile's.
+    crate::auth::put_user(
+        &c,
+        "alice",
+        crate::auth::on("a-", "write"),
+        serde_json::json!({}),
+    )
+    .await?;
+    let (_, token) = crate::auth::make_token(&c, "alice").await?;
+    let mut alice = Etcdctl::new(binary.clone(), &addrs);
+    alice.tls = vec![
+        format!("--cacert={}", ca.display()),
+        format!("--user=alice:{token}"),
+    ];
+    assert_eq!(alice.ok(&["put", "a-k", "v"]).await?.trim(), "OK");
+    assert_eq!(alice.ok(&["get", "a-k"]).await?, "a-k\nv\n");
+    let err = alice.fails(&["put", "b-k", "v"]).await?;
+    ensure!(err.contains("PermissionDenied"), "{err}");
+    let mut wrong = Etcdctl::new(binary.clone(), &addrs);
+    wrong.tls = vec![
+        format!("--cacert={}", ca.display()),
+        format!("--user=root:{token}"),
+    ];
+    let err = wrong.fails(&["get", "a-k"]).await?;
+    ensure!(err.contains("authentication failed"), "{err}");
+
     // TLS without a client certificate: the connection is made, every call is refused.
     let mut anonymous = Etcdctl::new(binary.clone(), &addrs);
     anonymous.tls = vec![format!("--cacert={}", ca.display())];
