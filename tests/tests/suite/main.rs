@@ -8,6 +8,7 @@ mod container_image;
 mod dashboard;
 mod elections;
 mod etcd_port;
+mod etcd_same_as_etcd;
 mod failover;
 mod hostile_peers;
 mod hot_lock;
