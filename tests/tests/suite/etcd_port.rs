@@ -438,3 +438,86 @@ async fn etcd_client_crate_locks_fence_and_keep_alive() -> anyhow::Result<()> {
     assert_eq!((kept.id(), kept.ttl()), (second, 30));
     Ok(())
 }
+
+/// etcd's Election service through the `etcd-client` crate: the first campaign leads with the
+/// fencing token as its leader key's `rev`, the second queues, proclaim publishes, resign
+/// hands leadership on with a larger token, and a stale leader key can neither proclaim nor
+/// be mistaken for the leader.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_client_crate_elections_hand_over_in_order() -> anyhow::Result<()> {
+    use etcd_client::{ProclaimOptions, ResignOptions};
+    let c = Cluster::start_tuned(3, etcd_port).await?;
+    let endpoints: Vec<String> = etcd_addrs(&c)?
+        .iter()
+        .map(|a| format!("http://{a}"))
+        .collect();
+    let mut client = etcd_client::Client::connect(&endpoints, None).await?;
+    let first = client.lease_grant(30, None).await?.id();
+    let second = client.lease_grant(30, None).await?.id();
+
+    let won = client.campaign("svc", "alpha", first).await?;
+    let leader = won.leader().context("leader key")?.clone();
+    assert_eq!(leader.lease(), first);
+    let (_, v) = c.get(1, "/v1/elections/svc").await?;
+    assert_eq!(v["leader"]["token"].as_i64(), Some(leader.rev()), "{v}");
+    let now = client.leader("svc").await?;
+    let kv = now.kv().context("leader kv")?;
+    assert_eq!(
+        (kv.value(), kv.create_revision()),
+        (b"alpha".as_slice(), leader.rev())
+    );
+
+    let mut other = etcd_client::Client::connect(&endpoints, None).await?;
+    let queued = tokio::spawn(async move { other.campaign("svc", "beta", second).await });
+    turnstile_tests::wait_for("the second campaign queued", || async {
+        let (_, v) = c.get(1, "/v1/locks/svc").await.ok()?;
+        v["waiters"]
+            .as_array()
+            .is_some_and(|w| w.len() == 1)
+            .then_some(())
+    })
+    .await?;
+    ensure!(
+        !queued.is_finished(),
+        "the second campaign led while the first did"
+    );
+
+    client
+        .proclaim(
+            "alpha-2",
+            Some(ProclaimOptions::new().with_leader(leader.clone())),
+        )
+        .await?;
+    assert_eq!(
+        client.leader("svc").await?.kv().map(|k| k.value()),
+        Some(b"alpha-2".as_slice())
+    );
+    client
+        .resign(Some(ResignOptions::new().with_leader(leader.clone())))
+        .await?;
+    let next = queued.await??;
+    let next_key = next.leader().context("leader key")?;
+    ensure!(
+        next_key.rev() > leader.rev(),
+        "{} after {}",
+        next_key.rev(),
+        leader.rev()
+    );
+    let err = client
+        .proclaim(
+            "stale",
+            Some(ProclaimOptions::new().with_leader(leader.clone())),
+        )
+        .await
+        .expect_err("the old leader key no longer leads");
+    ensure!(err.to_string().contains("election: not leader"), "{err}");
+    // Resigning again what no longer leads is a no-op, as in etcd.
+    client
+        .resign(Some(ResignOptions::new().with_leader(leader)))
+        .await?;
+    assert_eq!(
+        client.leader("svc").await?.kv().map(|k| k.value()),
+        Some(b"beta".as_slice())
+    );
+    Ok(())
+}

@@ -8,6 +8,7 @@
 //! - [`lease`]: LeaseGrant, LeaseRevoke, LeaseKeepAlive, LeaseTimeToLive, LeaseLeases.
 //! - [`cluster`]: MemberList, Status, Authenticate, AuthStatus.
 //! - [`lock`]: Lock and Unlock on Turnstile's own locks (the answer's revision is the token).
+//! - [`election`]: Campaign, Proclaim, Leader and Resign on Turnstile's elections.
 //! - Everything else answers `Unimplemented`, with a message naming the RPC
 //!   ([`unimplemented`]), never a wrong answer.
 //!
@@ -18,6 +19,7 @@
 
 pub mod cluster;
 pub mod common;
+pub mod election;
 pub mod kv;
 pub mod lease;
 pub mod listener;
@@ -36,7 +38,7 @@ use turnstile_etcd_proto::etcdserverpb::{
     lease_server::LeaseServer, maintenance_server::MaintenanceServer, watch_server::Watch,
     watch_server::WatchServer,
 };
-use turnstile_etcd_proto::v3electionpb::election_server::{Election, ElectionServer};
+use turnstile_etcd_proto::v3electionpb::election_server::ElectionServer;
 use turnstile_etcd_proto::v3lockpb::lock_server::LockServer;
 
 use crate::app::App;
@@ -67,7 +69,6 @@ macro_rules! sized {
 struct Unserved;
 
 impl Watch for Unserved {}
-impl Election for Unserved {}
 
 /// Serves the etcd API on `listener` until `stop` changes, then for at most `drain` more
 /// while open RPCs finish.
@@ -107,7 +108,9 @@ pub async fn serve(
         .add_service(sized!(LockServer::new(lock::LockService {
             app: app.clone()
         })))
-        .add_service(ElectionServer::new(Unserved));
+        .add_service(sized!(ElectionServer::new(election::ElectionService {
+            app: app.clone()
+        })));
     let mut stopped = stop.clone();
     let shutdown = async move {
         let _ = stopped.changed().await;

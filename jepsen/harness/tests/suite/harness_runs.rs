@@ -74,7 +74,6 @@ async fn correct_server_passes_seed_202() {
     correct_run(202).await;
 }
 
-
 /// Lost disks replaced through membership changes and failing fdatasync, mixed with kills and
 /// partitions: every checker passes, including convergence of the re-added nodes' digests.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
