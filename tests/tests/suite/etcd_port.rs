@@ -521,3 +521,45 @@ async fn etcd_client_crate_elections_hand_over_in_order() -> anyhow::Result<()> 
     );
     Ok(())
 }
+
+/// A keep-alive stream is a long-lived stream like a watch: it takes one of its principal's
+/// `watches` quota on the node, so one tenant cannot hold the node's streams. Alice (quota 1,
+/// authenticated by etcd's user and password, the password being her Turnstile token) gets
+/// one stream and is refused a second while the first is open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keep_alive_streams_count_against_the_watches_quota() -> anyhow::Result<()> {
+    let c = Cluster::start_secure_tuned(3, etcd_port).await?;
+    crate::auth::put_user(
+        &c,
+        "alice",
+        crate::auth::on("a-", "write"),
+        serde_json::json!({"watches": 1}),
+    )
+    .await?;
+    let (_, token) = crate::auth::make_token(&c, "alice").await?;
+    let dir: &Path = &c.certs_dir().context("certs")?;
+    let ca = std::fs::read(certs::ca_paths(dir).cert)?;
+    let tls = etcd_client::TlsOptions::new().ca_certificate(etcd_client::Certificate::from_pem(ca));
+    let node = c.etcd_addr(1).context("node 1")?;
+    let options = etcd_client::ConnectOptions::new()
+        .with_tls(tls)
+        .with_user("alice", token);
+    let mut alice =
+        etcd_client::Client::connect([format!("https://{node}")], Some(options)).await?;
+    let lease = alice.lease_grant(30, None).await?.id();
+    let (mut keeper, mut stream) = alice.lease_keep_alive(lease).await?;
+    keeper.keep_alive().await?;
+    ensure!(
+        stream.message().await?.is_some_and(|k| k.ttl() == 30),
+        "first stream renews"
+    );
+    let second = async {
+        let (mut k, mut s) = alice.lease_keep_alive(lease).await?;
+        k.keep_alive().await?;
+        s.message().await
+    };
+    let err = second.await.expect_err("a second stream is over the quota");
+    ensure!(err.to_string().contains("quota"), "{err}");
+    drop((keeper, stream));
+    Ok(())
+}

@@ -7,6 +7,7 @@
 //! API: a renewal survives a leader change. A lease that is gone answers `TTL: 0` on the
 //! stream and `TTL: -1` from `LeaseTimeToLive`, as etcd does.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use tokio::sync::mpsc;
@@ -22,13 +23,40 @@ use turnstile_etcd_proto::etcdserverpb::{
 };
 
 use crate::app::App;
-use crate::auth::Caller;
+use crate::auth::{Caller, NodeQuota, NodeUsage};
 use crate::etcd::common::{caller, header, signed, status, unexpected, unsigned, unsupported};
 use crate::proto::{ReadAnswer, ReadQuery};
 use crate::ranges::{Range, LIST_LIMIT_MAX};
 
 /// Keep-alive answers buffered per stream before its reader must catch up.
 const KEEPALIVE_STREAM_BUFFER: usize = 16;
+/// Keep-alive streams one node serves at once (each also takes one of its principal's
+/// `watches` quota, like a watch stream: both are long-lived streams).
+pub const KEEPALIVE_STREAMS_PER_NODE_MAX: usize = 10_000;
+
+static KEEPALIVE_STREAMS: AtomicUsize = AtomicUsize::new(0);
+
+/// One of the node's keep-alive streams, given back when dropped.
+struct StreamSlot;
+
+impl StreamSlot {
+    fn take() -> Result<StreamSlot, Status> {
+        let before = KEEPALIVE_STREAMS.fetch_add(1, Ordering::SeqCst);
+        if before >= KEEPALIVE_STREAMS_PER_NODE_MAX {
+            KEEPALIVE_STREAMS.fetch_sub(1, Ordering::SeqCst);
+            return Err(Status::resource_exhausted(format!(
+                "this node serves at most {KEEPALIVE_STREAMS_PER_NODE_MAX} keep-alive streams"
+            )));
+        }
+        Ok(StreamSlot)
+    }
+}
+
+impl Drop for StreamSlot {
+    fn drop(&mut self) {
+        KEEPALIVE_STREAMS.fetch_sub(1, Ordering::SeqCst);
+    }
+}
 /// Leases one `LeaseLeases` answer lists at most (pages of `LIST_LIMIT_MAX`).
 pub const LEASES_LISTED_MAX: usize = 100_000;
 
@@ -102,12 +130,16 @@ impl Lease for LeaseService {
         req: Request<Streaming<LeaseKeepAliveRequest>>,
     ) -> Result<Response<BoxStream<LeaseKeepAliveResponse>>, Status> {
         let caller = caller(&self.app, &req).await?;
+        let node_slot = StreamSlot::take()?;
+        let quota_slot =
+            NodeUsage::take(&self.app, &caller, NodeQuota::Watches).map_err(|e| status(&e))?;
         let mut incoming = req.into_inner();
         let (tx, rx) = mpsc::channel(KEEPALIVE_STREAM_BUFFER);
         let app = self.app.clone();
         // One renewal at a time per stream, in the order asked: a client sends the next when
         // the last is answered (etcd's clients renew each lease every TTL/3).
         tokio::spawn(async move {
+            let _slots = (node_slot, quota_slot);
             loop {
                 let next = match incoming.message().await {
                     Ok(Some(r)) => r,

@@ -13,9 +13,11 @@
 //!   ([`unimplemented`]), never a wrong answer.
 //!
 //! The listener ([`listener`]) holds the same bounds as the HTTP port's: a connection cap,
-//! TLS handshakes under the header read timeout, and per connection at most
-//! [`STREAMS_PER_CONNECTION_MAX`] concurrent RPCs and messages of at most
-//! [`REQUEST_BYTES_MAX`].
+//! TLS handshakes under the header read timeout. On top: per connection at most
+//! [`STREAMS_PER_CONNECTION_MAX`] concurrent RPCs, node-wide at most `--http-connections-max`
+//! RPCs in progress (so the port holds no more requests than the HTTP port can), messages of
+//! at most [`REQUEST_BYTES_MAX`], and keep-alive streams under the `watches` quota
+//! (`lease::KEEPALIVE_STREAMS_PER_NODE_MAX`).
 
 pub mod cluster;
 pub mod common;
@@ -98,6 +100,11 @@ pub async fn serve(
         .http2_max_header_list_size(Some(HEADER_LIST_BYTES_MAX))
         .http2_keepalive_interval(Some(Duration::from_millis(KEEPALIVE_INTERVAL_MS)))
         .http2_keepalive_timeout(Some(Duration::from_millis(KEEPALIVE_TIMEOUT_MS)))
+        // Node-wide, as many RPCs in progress as the HTTP port has connections: past it, new
+        // RPCs wait (HTTP/2 flow control bounds what they buffer meanwhile).
+        .layer(tower::limit::GlobalConcurrencyLimitLayer::new(
+            limits.connections_max as usize,
+        ))
         .layer(UnimplementedMessage::layer())
         .add_service(sized!(kv))
         .add_service(sized!(lease))
