@@ -93,7 +93,7 @@ impl Cluster {
             Transport::Tls => {
                 let certs_dir = dir.path().join("certs");
                 let nodes = match system {
-                    System::Turnstile => crate::turnstile_cluster::NODES,
+                    System::Turnstile | System::TurnstileEtcd => crate::turnstile_cluster::NODES,
                     System::Etcd => crate::etcd_cluster::NODES,
                 };
                 Some(ClusterCerts::create(
@@ -105,9 +105,12 @@ impl Cluster {
         };
         let certs = certs.as_ref();
         Ok(match system {
-            System::Turnstile => {
-                Cluster::Turnstile(TurnstileCluster::start(&plan.turnstile_bin, dir, certs).await?)
-            }
+            System::Turnstile => Cluster::Turnstile(
+                TurnstileCluster::start(&plan.turnstile_bin, dir, certs, false).await?,
+            ),
+            System::TurnstileEtcd => Cluster::Turnstile(
+                TurnstileCluster::start(&plan.turnstile_bin, dir, certs, true).await?,
+            ),
             System::Etcd => Cluster::Etcd(EtcdCluster::start(&plan.etcd_bin, dir, certs).await?),
         })
     }
@@ -129,32 +132,42 @@ impl Cluster {
     /// One client bound to `node`.
     pub async fn client(&self, node: usize) -> anyhow::Result<Client> {
         match self {
+            Cluster::Turnstile(c) if c.serves_etcd() => {
+                Ok(Client::Etcd(Box::new(c.etcd_api(node).await?)))
+            }
             Cluster::Turnstile(c) => Ok(Client::Turnstile(c.api(node))),
             Cluster::Etcd(c) => Ok(Client::Etcd(Box::new(c.api(node).await?))),
         }
     }
 
     /// `n` clients bound to `node`, one per worker. Turnstile's share one pooled HTTP client
-    /// (a connection per request in flight); etcd's share multiplexed gRPC connections, round
-    /// robin: [`ETCD_CONNECTIONS_MIN`], or more so that none serves more than
+    /// (a connection per request in flight); etcd's, and those of Turnstile's etcd port, share
+    /// multiplexed gRPC connections, round robin: [`ETCD_CONNECTIONS_MIN`], or more so that none serves more than
     /// [`ETCD_WORKERS_PER_CONNECTION_MAX`] workers.
     pub async fn clients(&self, node: usize, n: usize) -> anyhow::Result<Vec<Client>> {
+        let count = n
+            .div_ceil(ETCD_WORKERS_PER_CONNECTION_MAX)
+            .max(n.min(ETCD_CONNECTIONS_MIN))
+            .max(1);
+        let mut conns: Vec<EtcdApi> = Vec::new();
         match self {
-            Cluster::Turnstile(c) => Ok((0..n).map(|_| Client::Turnstile(c.api(node))).collect()),
+            Cluster::Turnstile(c) if c.serves_etcd() => {
+                for _ in 0..count {
+                    conns.push(c.etcd_api(node).await?);
+                }
+            }
+            Cluster::Turnstile(c) => {
+                return Ok((0..n).map(|_| Client::Turnstile(c.api(node))).collect())
+            }
             Cluster::Etcd(c) => {
-                let mut conns: Vec<EtcdApi> = Vec::new();
-                let count = n
-                    .div_ceil(ETCD_WORKERS_PER_CONNECTION_MAX)
-                    .max(n.min(ETCD_CONNECTIONS_MIN))
-                    .max(1);
                 for _ in 0..count {
                     conns.push(c.api(node).await?);
                 }
-                Ok((0..n)
-                    .map(|i| Client::Etcd(Box::new(conns[i % conns.len()].clone())))
-                    .collect())
             }
         }
+        Ok((0..n)
+            .map(|i| Client::Etcd(Box::new(conns[i % conns.len()].clone())))
+            .collect())
     }
 
     pub fn kill(&mut self, node: usize) {

@@ -47,9 +47,13 @@ pub struct Row {
     pub unit: &'static str,
     pub better: Better,
     pub turnstile: Option<Cell>,
+    /// Turnstile's etcd port, driven by the etcd client (`System::TurnstileEtcd`).
+    pub etcd_port: Option<Cell>,
     pub etcd: Option<Cell>,
     /// Turnstile / etcd.
     pub ratio: Option<f64>,
+    /// Turnstile's etcd port / etcd.
+    pub port_ratio: Option<f64>,
     pub note: &'static str,
 }
 
@@ -108,6 +112,9 @@ impl Report {
             }));
         self.log_rows
             .extend(outcome.log_rows.into_iter().map(|mut r| {
+                if system == System::TurnstileEtcd {
+                    r.measurement = format!("{}, etcd port", r.measurement);
+                }
                 if transport != Transport::Plain {
                     r.measurement = format!("{} ({})", r.measurement, transport.name());
                 }
@@ -232,8 +239,10 @@ pub fn rows(entries: &[Entry]) -> Vec<Row> {
                 unit: m.unit,
                 better: m.better,
                 turnstile: None,
+                etcd_port: None,
                 etcd: None,
                 ratio: None,
+                port_ratio: None,
                 note: m.note,
             });
             out.len() - 1
@@ -246,13 +255,17 @@ pub fn rows(entries: &[Entry]) -> Vec<Row> {
         let row = &mut out[i];
         if e.system == System::Turnstile.name() {
             row.turnstile = cell;
+        } else if e.system == System::TurnstileEtcd.name() {
+            row.etcd_port = cell;
         } else {
             row.etcd = cell;
         }
-        row.ratio = match (row.turnstile, row.etcd) {
+        let over_etcd = |c: Option<Cell>| match (c, row.etcd) {
             (Some(t), Some(e)) if e.value != 0.0 => Some(t.value / e.value),
             _ => None,
         };
+        row.ratio = over_etcd(row.turnstile);
+        row.port_ratio = over_etcd(row.etcd_port);
     }
     out
 }
@@ -326,11 +339,24 @@ fn table(rows: &[Row]) -> String {
     } else {
         ("| Workload |", "|---|")
     };
+    let port = rows.iter().any(|r| r.etcd_port.is_some());
+    let (port_head, port_rule) = if port {
+        (" Turnstile etcd port | etcd port / etcd |", "--:|--:|")
+    } else {
+        ("", "")
+    };
     let mut s = format!(
         "\n## Results\n\nRatio is Turnstile / etcd: above 1 is better for rates, below 1 for \
-         latencies and memory.\n\n\
-         {head} Figure | Unit | Turnstile | etcd | Turnstile / etcd | Note |\n\
-         {rule}---|---|--:|--:|--:|---|\n",
+         latencies and memory.{}\n\n\
+         {head} Figure | Unit | Turnstile | etcd | Turnstile / etcd |{port_head} Note |\n\
+         {rule}---|---|--:|--:|--:|{port_rule}---|\n",
+        if port {
+            " \"Turnstile etcd port\" is the same Turnstile cluster driven through its etcd \
+             port (`--etcd-listen`) by the etcd workloads' own client (etcd-client), W1, W3 \
+             and W4 only."
+        } else {
+            ""
+        }
     );
     for r in rows {
         let workload = if by_transport {
@@ -338,15 +364,21 @@ fn table(rows: &[Row]) -> String {
         } else {
             r.workload.to_string()
         };
+        let port_cells = if port {
+            format!(" {} | {} |", cell(r.etcd_port, r.unit), ratio(r.port_ratio))
+        } else {
+            String::new()
+        };
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} |{} {} |",
             workload,
             r.label,
             r.unit,
             cell(r.turnstile, r.unit),
             cell(r.etcd, r.unit),
             ratio(r.ratio),
+            port_cells,
             r.note
         );
     }
@@ -466,6 +498,30 @@ mod tests {
         );
         assert!(md.contains("| n/a |"), "{md}");
         assert!(tls_cost_table(&rows).is_empty());
+        assert!(
+            !md.contains("etcd port"),
+            "no port column without port figures: {md}"
+        );
+    }
+
+    #[test]
+    fn the_etcd_port_gets_its_own_column_and_ratio() {
+        let rows = rows(&[
+            entry(System::Turnstile, "64 clients: throughput", 3_000.0),
+            entry(System::TurnstileEtcd, "64 clients: throughput", 2_250.0),
+            entry(System::Etcd, "64 clients: throughput", 1_500.0),
+            entry(System::Turnstile, "only native", 5.0),
+        ]);
+        assert_eq!((rows[0].ratio, rows[0].port_ratio), (Some(2.0), Some(1.5)));
+        let md = table(&rows);
+        assert!(
+            md.contains("| W1 | 64 clients: throughput | cycles/s | 3,000 | 1,500 | 2.00x | 2,250 | 1.50x |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| W1 | only native | cycles/s | 5.00 | n/a |  | n/a |  |"),
+            "{md}"
+        );
     }
 
     #[test]

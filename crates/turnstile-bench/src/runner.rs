@@ -26,7 +26,7 @@ pub async fn run(plan: &Plan) -> anyhow::Result<Report> {
     let mut report = Report::new(plan, machine, limit);
     for &w in &plan.workloads {
         for &transport in &plan.transports {
-            for &system in &plan.systems {
+            for &system in plan.systems.iter().filter(|s| s.runs(w.name())) {
                 let t0 = Instant::now();
                 let what = format!("{} on {} ({})", w.name(), system.name(), transport.name());
                 eprintln!("turnstile-bench: {what}");

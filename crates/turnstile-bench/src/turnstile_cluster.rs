@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 
 use crate::cluster_certs::ClusterCerts;
+use crate::etcd_api::{EtcdApi, EtcdTls};
 use crate::node_process::{free_ports, NodeProcess};
 use crate::plan::CLUSTER_START_MS_MAX;
 use crate::scratch_dir::ScratchDir;
@@ -37,6 +38,10 @@ pub struct TurnstileCluster {
     http: reqwest::Client,
     /// `https` with TLS, else `http`.
     scheme: &'static str,
+    /// The etcd port's URL of each node, when the cluster serves one.
+    etcd_urls: Vec<String>,
+    /// The etcd clients' TLS settings on a TLS cluster.
+    etcd_tls: Option<EtcdTls>,
     _dir: ScratchDir,
 }
 
@@ -48,6 +53,7 @@ impl TurnstileCluster {
         bin: &Path,
         dir: ScratchDir,
         certs: Option<&ClusterCerts>,
+        etcd_port: bool,
     ) -> anyhow::Result<TurnstileCluster> {
         if !bin.is_file() {
             bail!(
@@ -59,6 +65,14 @@ impl TurnstileCluster {
             .into_iter()
             .map(|p| SocketAddr::from(([127, 0, 0, 1], p)))
             .collect();
+        let etcd_addrs: Vec<SocketAddr> = if etcd_port {
+            free_ports(NODES)?
+                .into_iter()
+                .map(|p| SocketAddr::from(([127, 0, 0, 1], p)))
+                .collect()
+        } else {
+            Vec::new()
+        };
         let initial: Vec<String> = addrs
             .iter()
             .enumerate()
@@ -80,6 +94,9 @@ impl TurnstileCluster {
                 "--cluster-secret".into(),
                 CLUSTER_SECRET.into(),
             ];
+            if let Some(etcd) = etcd_addrs.get(i) {
+                args.extend(["--etcd-listen".to_string(), etcd.to_string()]);
+            }
             if let Some(certs) = certs {
                 let node = certs.node(id);
                 for (flag, path) in [
@@ -109,9 +126,15 @@ impl TurnstileCluster {
             }
             None => (http_client()?, "http"),
         };
+        let etcd_tls = certs.map(EtcdTls::from_certs).transpose()?;
         let mut cluster = TurnstileCluster {
             nodes,
             addrs,
+            etcd_urls: etcd_addrs
+                .iter()
+                .map(|a| format!("{scheme}://{a}"))
+                .collect(),
+            etcd_tls,
             http,
             scheme,
             _dir: dir,
@@ -154,6 +177,20 @@ impl TurnstileCluster {
         (0..self.nodes.len())
             .filter(|&i| !self.nodes[i].is_killed())
             .collect()
+    }
+
+    /// Whether the nodes serve the etcd port (`--etcd-listen`).
+    pub fn serves_etcd(&self) -> bool {
+        !self.etcd_urls.is_empty()
+    }
+
+    /// An etcd client bound to `node`'s etcd port.
+    pub async fn etcd_api(&self, node: usize) -> anyhow::Result<EtcdApi> {
+        let url = self
+            .etcd_urls
+            .get(node)
+            .context("this cluster serves no etcd port")?;
+        EtcdApi::connect(std::slice::from_ref(url), self.etcd_tls.as_ref()).await
     }
 
     pub fn api(&self, node: usize) -> TurnstileApi {

@@ -140,7 +140,7 @@ fn quick_tls_run_beside_plain_completes_and_prices_tls() {
     let status = run_bench(
         &[
             "--systems",
-            "turnstile",
+            "turnstile,turnstile-etcd",
             "--quick",
             "--workloads",
             "w1,w4",
@@ -164,24 +164,30 @@ fn quick_tls_run_beside_plain_completes_and_prices_tls() {
     )
     .expect("valid JSON");
     let entries = json["entries"].as_array().expect("entries");
-    for w in ["W1", "W4"] {
-        for transport in ["plain", "tls"] {
-            let errors: u64 = entries
-                .iter()
-                .filter(|e| e["workload"] == w && e["transport"] == transport)
-                .filter_map(|e| e["errors"].as_u64())
-                .sum();
-            let ops: u64 = entries
-                .iter()
-                .filter(|e| e["workload"] == w && e["transport"] == transport)
-                .filter_map(|e| e["ops"].as_u64())
-                .max()
-                .unwrap_or(0);
-            assert!(
-                ops > 0 && errors == 0,
-                "{w} over {transport}: {ops} ops, {errors} errors\n{md}"
-            );
-        }
+    // Turnstile's etcd port too: the etcd client's requests, plain and over TLS.
+    let runs = ["W1", "W4"].into_iter().flat_map(|w| {
+        ["turnstile", "turnstile-etcd"]
+            .into_iter()
+            .flat_map(move |s| ["plain", "tls"].map(move |t| (w, s, t)))
+    });
+    for (w, system, transport) in runs {
+        let errors: u64 = entries
+            .iter()
+            .filter(|e| e["workload"] == w && e["transport"] == transport)
+            .filter(|e| e["system"] == system)
+            .filter_map(|e| e["errors"].as_u64())
+            .sum();
+        let ops: u64 = entries
+            .iter()
+            .filter(|e| e["workload"] == w && e["transport"] == transport)
+            .filter(|e| e["system"] == system)
+            .filter_map(|e| e["ops"].as_u64())
+            .max()
+            .unwrap_or(0);
+        assert!(
+            ops > 0 && errors == 0,
+            "{w} on {system} over {transport}: {ops} ops, {errors} errors\n{md}"
+        );
     }
 }
 

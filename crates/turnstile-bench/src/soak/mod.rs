@@ -45,8 +45,13 @@ pub async fn run(plan: &SoakPlan) -> anyhow::Result<SoakReport> {
     let started = Instant::now();
     let mut dirs = RunDirs::create(&plan.work_dir, &plan.out, plan.keep_logs)?;
     let machine = Machine::read(dirs.root(), None);
-    let mut cluster =
-        TurnstileCluster::start(&plan.turnstile_bin, dirs.next("turnstile-soak")?, None).await?;
+    let mut cluster = TurnstileCluster::start(
+        &plan.turnstile_bin,
+        dirs.next("turnstile-soak")?,
+        None,
+        false,
+    )
+    .await?;
     let api = cluster.api(cluster.leader().await?);
     let leases: Vec<u64> = futures::stream::iter(0..plan.clients)
         .map(|_| api.lease_grant(SOAK_LEASE_TTL_MS))
