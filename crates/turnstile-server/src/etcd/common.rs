@@ -81,7 +81,8 @@ pub fn unsigned(what: &str, v: i64) -> Result<u64, Status> {
     u64::try_from(v).map_err(|_| Status::invalid_argument(format!("{what} must not be negative")))
 }
 
-/// An etcd key as a Turnstile key: UTF-8, 1..=512 bytes, no control characters.
+/// An etcd key as a Turnstile key: UTF-8, 1..=512 bytes, no control characters (keys are
+/// names: `/v1/kv/{key}` paths, permission prefixes).
 pub fn key(bytes: &[u8]) -> Result<String, Status> {
     if bytes.is_empty() {
         return Err(Status::invalid_argument("etcdserver: key is not provided"));
@@ -91,11 +92,37 @@ pub fn key(bytes: &[u8]) -> Result<String, Status> {
     Ok(key)
 }
 
-/// An etcd value as a Turnstile value: UTF-8, at most 64 KiB.
+/// The first character of a stored value that holds etcd bytes which are not plain text:
+/// base64 of the bytes follows it.
+pub const BYTES_MARK: char = '\u{0}';
+
+/// An etcd value as a Turnstile value (a string of at most 64 KiB). Text is stored as it is,
+/// so `/v1/kv` and the etcd port read the same value; bytes that are not UTF-8 (or text that
+/// starts with [`BYTES_MARK`]) are stored as the mark and their base64, which the etcd port
+/// turns back into the same bytes ([`value_bytes`]). The mapping is one-to-one, so compares
+/// on values keep their meaning.
 pub fn value(bytes: &[u8]) -> Result<String, Status> {
-    let value = utf8("value", bytes)?;
-    validate::value(&value).map_err(|e| status(&e))?;
-    Ok(value)
+    use base64::Engine;
+    let stored = match std::str::from_utf8(bytes) {
+        Ok(text) if !text.starts_with(BYTES_MARK) => text.to_string(),
+        _ => format!(
+            "{BYTES_MARK}{}",
+            base64::engine::general_purpose::STANDARD.encode(bytes)
+        ),
+    };
+    validate::value(&stored).map_err(|e| status(&e))?;
+    Ok(stored)
+}
+
+/// A stored value as the etcd bytes it was written from ([`value`]).
+pub fn value_bytes(stored: String) -> Vec<u8> {
+    use base64::Engine;
+    match stored.strip_prefix(BYTES_MARK) {
+        Some(encoded) => base64::engine::general_purpose::STANDARD
+            .decode(encoded)
+            .unwrap_or_else(|_| stored.into_bytes()),
+        None => stored.into_bytes(),
+    }
 }
 
 /// `bytes` as UTF-8, or an `InvalidArgument` naming `what`: Turnstile stores text.
@@ -120,7 +147,7 @@ pub fn key_value(v: KeyView) -> KeyValue {
         create_revision: signed(v.create_revision),
         mod_revision: signed(v.mod_revision),
         version: signed(v.version),
-        value: v.value.into_bytes(),
+        value: value_bytes(v.value),
         lease: v.lease_id.map_or(0, signed),
     }
 }
@@ -168,4 +195,39 @@ pub fn unsupported(what: &str) -> Status {
     Status::unimplemented(format!(
         "{what} is not supported by Turnstile's etcd port (docs/etcd-compat.md)"
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_round_trip_and_text_stays_text() {
+        let cases: [&[u8]; 5] = [
+            b"plain text",
+            b"",
+            &[0x80, 0xff, 0x00],
+            "\u{0}looks marked".as_bytes(),
+            "ünïcode".as_bytes(),
+        ];
+        for bytes in cases {
+            let stored = value(bytes).expect("stored");
+            assert_eq!(value_bytes(stored.clone()), bytes, "{stored:?}");
+        }
+        assert_eq!(value(b"plain text").expect("text"), "plain text");
+        assert_eq!(value(&[0x80, 0xff]).expect("bytes"), "\u{0}gP8=");
+        // One-to-one: different bytes never store the same string.
+        assert_ne!(
+            value(b"\0gP8=").expect("a"),
+            value(&[0x80, 0xff]).expect("b")
+        );
+    }
+
+    #[test]
+    fn a_value_too_large_once_encoded_is_refused() {
+        let limit = turnstile_core::limits::VALUE_BYTES_MAX;
+        assert!(value(&vec![b'a'; limit]).is_ok());
+        let err = value(&vec![0xff; limit * 3 / 4 + 3]).expect_err("over the limit as base64");
+        assert_eq!(err.code(), Code::InvalidArgument);
+    }
 }

@@ -154,7 +154,7 @@ impl Election for ElectionService {
                 create_revision: signed(token),
                 mod_revision: 0,
                 version: 0,
-                value: leader.value.into_bytes(),
+                value: crate::etcd::common::value_bytes(leader.value),
                 lease: signed(lease_id),
             }),
         }))

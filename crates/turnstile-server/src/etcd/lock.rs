@@ -12,7 +12,7 @@
 use std::sync::Arc;
 
 use tonic::{Request, Response, Status};
-use turnstile_core::{Command, LockMode, Outcome};
+use turnstile_core::{ApplyError, Command, LockMode, Outcome};
 use turnstile_etcd_proto::v3lockpb::{
     lock_server::Lock, LockRequest, LockResponse, UnlockRequest, UnlockResponse,
 };
@@ -43,6 +43,36 @@ fn parse_lock_key(key: &[u8]) -> Result<(String, u64), Status> {
     let lease_id = u64::from_str_radix(hex, 16).map_err(|_| bad())?;
     validate::lock_name(name).map_err(|e| status(&e))?;
     Ok((name.to_string(), lease_id))
+}
+
+impl LockService {
+    /// The token `lease_id` holds on `name` in this node's applied state, if any.
+    fn local_token(&self, name: &str, lease_id: u64) -> Option<u64> {
+        let inner = self.app.sm.read();
+        let lock = inner.state.locks.get(name)?;
+        lock.holders
+            .iter()
+            .find(|h| h.lease_id == lease_id)
+            .map(|h| h.token)
+    }
+
+    async fn release(
+        &self,
+        caller: &crate::auth::Caller,
+        name: &str,
+        lease_id: u64,
+        token: u64,
+    ) -> Result<Response<UnlockResponse>, ApiError> {
+        let command = Command::LockRelease {
+            name: name.to_string(),
+            lease_id,
+            token,
+        };
+        let w = self.app.write(caller, None, command).await?;
+        Ok(Response::new(UnlockResponse {
+            header: header(&self.app, w.revision),
+        }))
+    }
 }
 
 #[tonic::async_trait]
@@ -83,13 +113,25 @@ impl Lock for LockService {
     }
 
     /// Releases the grant the key names. Like etcd's (a delete of the key), unlocking a lock
-    /// the lease does not hold succeeds and changes nothing.
+    /// the lease does not hold (any more) succeeds and changes nothing.
     async fn unlock(
         &self,
         req: Request<UnlockRequest>,
     ) -> Result<Response<UnlockResponse>, Status> {
         let caller = caller(&self.app, &req).await?;
         let (name, lease_id) = parse_lock_key(&req.get_ref().key)?;
+        // Usually this node's applied state already holds the grant (it answered the `Lock`
+        // or replicated it): release that token, and apply judges it. Only when the state
+        // here knows no grant for the lease, or apply says that token is no longer the
+        // current one, ask the leader which grant the lease holds (a ReadIndex round).
+        if let Some(token) = self.local_token(&name, lease_id) {
+            match self.release(&caller, &name, lease_id, token).await {
+                Err(ApiError::Apply(
+                    ApplyError::NotHolder { .. } | ApplyError::LeaseNotFound { .. },
+                )) => {}
+                done => return done.map_err(|e| status(&e)),
+            }
+        }
         let answer = self
             .app
             .read(&caller, ReadQuery::Lock { name: name.clone() })
@@ -109,18 +151,17 @@ impl Lock for LockService {
                 header: header(&self.app, revision),
             }));
         };
-        let command = Command::LockRelease {
-            name,
-            lease_id,
-            token,
-        };
-        let w = self
-            .app
-            .write(&caller, None, command)
-            .await
-            .map_err(|e| status(&e))?;
-        Ok(Response::new(UnlockResponse {
-            header: header(&self.app, w.revision),
-        }))
+        match self.release(&caller, &name, lease_id, token).await {
+            // Released or expired since the read: gone either way, as a deleted key is.
+            Err(ApiError::Apply(
+                ApplyError::NotHolder { .. } | ApplyError::LeaseNotFound { .. },
+            )) => {
+                let revision = self.app.sm.read().state.applied_index;
+                Ok(Response::new(UnlockResponse {
+                    header: header(&self.app, revision),
+                }))
+            }
+            done => done.map_err(|e| status(&e)),
+        }
     }
 }
