@@ -138,3 +138,25 @@ pub async fn serve(
     }
     accepting.abort();
 }
+
+#[cfg(test)]
+mod tests {
+    use sha2::{Digest, Sha256};
+
+    /// The generated etcd API matches the protos it was generated from (the proto crate has no
+    /// test target of its own: see its Cargo.toml).
+    #[test]
+    fn generated_etcd_code_matches_the_proto_files() {
+        let dir =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../turnstile-etcd-proto/proto");
+        let mut hash = Sha256::new();
+        for p in turnstile_etcd_proto::PROTO_FILES {
+            hash.update(std::fs::read(dir.join(p)).expect("read a proto file"));
+        }
+        assert_eq!(
+            hex::encode(hash.finalize()),
+            turnstile_etcd_proto::PROTO_SHA256.trim(),
+            "proto/ changed since src/gen/ was generated: run crates/turnstile-etcd-proto/regen.sh"
+        );
+    }
+}
