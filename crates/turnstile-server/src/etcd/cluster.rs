@@ -134,10 +134,7 @@ impl Auth for ClusterService {
                 "etcdserver: authentication is not enabled (this cluster runs without TLS)",
             ));
         }
-        let mut headers = axum::http::HeaderMap::new();
-        let bearer = axum::http::HeaderValue::from_str(&format!("Bearer {}", r.password))
-            .map_err(|_| failed())?;
-        headers.insert(axum::http::header::AUTHORIZATION, bearer);
+        let headers = crate::etcd::common::bearer_headers(&r.password).ok_or_else(failed)?;
         let caller = crate::auth::authenticate(&self.app, &headers, &Default::default())
             .await
             .map_err(|_| failed())?;

@@ -29,15 +29,14 @@ pub struct ConnInfo {
 /// the `token` metadata (a Turnstile token, as `Authenticate` hands out) as a bearer token,
 /// else the connection's client certificate.
 pub async fn caller<T>(app: &App, req: &tonic::Request<T>) -> Result<Caller, Status> {
-    let mut headers = axum::http::HeaderMap::new();
-    if let Some(token) = req.metadata().get(TOKEN_METADATA) {
-        let token = token
+    let headers = match req.metadata().get(TOKEN_METADATA) {
+        Some(token) => token
             .to_str()
-            .map_err(|_| Status::unauthenticated("etcdserver: invalid auth token"))?;
-        let bearer = axum::http::HeaderValue::from_str(&format!("Bearer {token}"))
-            .map_err(|_| Status::unauthenticated("etcdserver: invalid auth token"))?;
-        headers.insert(axum::http::header::AUTHORIZATION, bearer);
-    }
+            .ok()
+            .and_then(bearer_headers)
+            .ok_or_else(|| Status::unauthenticated("etcdserver: invalid auth token"))?,
+        None => axum::http::HeaderMap::new(),
+    };
     let mut extensions = axum::http::Extensions::new();
     if let Some(cert) = req
         .extensions()
@@ -49,6 +48,15 @@ pub async fn caller<T>(app: &App, req: &tonic::Request<T>) -> Result<Caller, Sta
     crate::auth::authenticate(app, &headers, &extensions)
         .await
         .map_err(|e| status(&e))
+}
+
+/// Headers carrying `token` as the HTTP API's bearer token, for `crate::auth::authenticate`;
+/// `None` if it cannot be a header value.
+pub fn bearer_headers(token: &str) -> Option<axum::http::HeaderMap> {
+    let value = axum::http::HeaderValue::from_str(&format!("Bearer {token}")).ok()?;
+    let mut headers = axum::http::HeaderMap::new();
+    headers.insert(axum::http::header::AUTHORIZATION, value);
+    Some(headers)
 }
 
 /// etcd's response header: the cluster (a number made from Turnstile's cluster id), this
