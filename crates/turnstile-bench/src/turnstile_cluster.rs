@@ -61,18 +61,15 @@ impl TurnstileCluster {
                 bin.display()
             );
         }
-        let addrs: Vec<SocketAddr> = free_ports(NODES)?
+        // Every port the cluster needs from one call: ports released by one call could come
+        // back from the next, and two nodes (or a node's two ports) would then collide.
+        let wanted = if etcd_port { 2 * NODES } else { NODES };
+        let mut ports: Vec<SocketAddr> = free_ports(wanted)?
             .into_iter()
             .map(|p| SocketAddr::from(([127, 0, 0, 1], p)))
             .collect();
-        let etcd_addrs: Vec<SocketAddr> = if etcd_port {
-            free_ports(NODES)?
-                .into_iter()
-                .map(|p| SocketAddr::from(([127, 0, 0, 1], p)))
-                .collect()
-        } else {
-            Vec::new()
-        };
+        let etcd_addrs = ports.split_off(NODES);
+        let addrs = ports;
         let initial: Vec<String> = addrs
             .iter()
             .enumerate()
