@@ -432,15 +432,8 @@ impl State {
             version: previous.as_ref().map_or(1, |p| p.version + 1),
             lease_id,
         };
+        self.push_put_event(index, key, &record, previous);
         self.keys.insert(key.to_string(), record);
-        self.push_event(
-            index,
-            Event::Put {
-                key: key.to_string(),
-                value: value.to_string(),
-                lease_id,
-            },
-        );
     }
 
     fn kv_delete(
@@ -600,9 +593,10 @@ impl State {
         }
         self.pump(ctx, affected);
         for key in &lease.keys {
-            self.keys.remove(key);
             self.auth.forget_key(key);
-            self.push_event(ctx.index, Event::Delete { key: key.clone() });
+            if let Some(prev) = self.keys.remove(key) {
+                self.push_delete_event(ctx.index, key, prev);
+            }
         }
         for request_id in &lease.request_ids {
             self.unpin_record(request_id);
@@ -618,12 +612,7 @@ impl State {
         if let Some(lease) = record.lease_id.and_then(|id| self.leases.get_mut(&id)) {
             lease.keys.remove(key);
         }
-        self.push_event(
-            index,
-            Event::Delete {
-                key: key.to_string(),
-            },
-        );
+        self.push_delete_event(index, key, record);
         true
     }
 }

@@ -106,8 +106,9 @@ impl Event {
 }
 
 impl State {
-    /// Records an event of the entry at `revision`, dropping the oldest past the bound.
-    pub(crate) fn push_event(&mut self, revision: u64, event: Event) {
+    /// Records an event of the entry at `revision`, dropping the oldest past the bound, and
+    /// returns its position.
+    pub(crate) fn push_event(&mut self, revision: u64, event: Event) -> (u64, u32) {
         let seq = match self.events.last_key_value() {
             Some((&(r, s), _)) if r == revision => s + 1,
             _ => 0,
@@ -116,8 +117,10 @@ impl State {
         while self.events.len() > limits::WATCH_HISTORY_EVENTS_MAX {
             if let Some((pos, _)) = self.events.pop_first() {
                 self.events_dropped_through = Some(pos);
+                self.key_changes.forget(pos);
             }
         }
+        (revision, seq)
     }
 
     /// Events strictly after position `after`, or `Err(oldest_revision)` when some of them

@@ -32,6 +32,7 @@ pub mod deadlock;
 pub mod elections;
 pub mod events;
 pub mod invariants;
+pub mod key_changes;
 pub mod limits;
 mod locks;
 mod records;

@@ -179,9 +179,10 @@ impl State {
     }
 
     /// Recomputes what is derived from the encoded state (`grant_requests`); called after
-    /// every decode.
+    /// every decode. A decoded state knows no key changes before it (`crate::key_changes`).
     pub fn rebuild_derived(&mut self) {
         self.grant_requests = self.derived_grant_requests();
+        self.key_changes = crate::key_changes::KeyChanges::known_after(self.applied_index);
         self.rebuild_auth_derived();
     }
 

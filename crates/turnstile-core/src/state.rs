@@ -40,6 +40,10 @@ pub struct State {
     pub events: cow::Map<(u64, u32), Event>,
     /// Position of the newest event dropped from the history, if any.
     pub events_dropped_through: Option<(u64, u32)>,
+    /// This node's etcd details of the key events in `events` (`crate::key_changes`): not
+    /// replicated, never encoded, and equal in every state as far as `==` sees.
+    #[serde(skip)]
+    pub key_changes: crate::key_changes::KeyChanges,
     /// Users, roles, tokens, ownership (`crate::auth`). Encoded after the rest of the state
     /// in a version-2 frame (`codec`), so version-1 snapshots still decode (with no auth).
     #[serde(skip)]
