@@ -1,5 +1,6 @@
 //! Key spans: etcd's `Range` over `[start, end)` with its limit, sort, revision filters and
-//! count, read from one state at one applied index (the etcd port, `crate::etcd::kv`).
+//! count, read from one state at one applied index: the etcd port's `Range` (a linearizable
+//! read, `turnstile_server::etcd::kv`) and a range inside a `Txn` (`crate::txn`, at apply).
 //!
 //! etcd's order of work is kept, because its clients depend on it (the `concurrency` mutex
 //! asks for "the key with the smallest create revision under a prefix" as a sorted range with
@@ -12,15 +13,16 @@
 //! scan bound is refused with [`SpanError::TooLarge`] rather than answered with a wrong count;
 //! one past the item or byte bound is cut with `more` (etcd would send everything). The scan
 //! runs on an O(1) copy of the key map, after the state lock is released
-//! (`leader_ops::answer_locally`), so a large span never stalls apply.
+//! (`turnstile_server::leader_ops`), so a large span never stalls apply. A range inside a
+//! transaction runs at apply, under tighter bounds ([`read_bounded`], `crate::txn`).
 
 use std::cmp::Ordering;
 use std::ops::Bound;
 
 use serde::{Deserialize, Serialize};
-use turnstile_core::KeyRecord;
 
-use crate::views::KeyView;
+use crate::cow;
+use crate::state::KeyRecord;
 
 /// Keys one span may look at, counting included.
 pub const SPAN_SCAN_MAX: usize = 200_000;
@@ -70,10 +72,39 @@ pub struct KeySpan {
     pub count_only: bool,
 }
 
+/// One key of an answer (the fields of the HTTP API's key view).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SpanKey {
+    pub key: String,
+    pub value: String,
+    pub create_revision: u64,
+    pub mod_revision: u64,
+    pub version: u64,
+    pub lease_id: Option<u64>,
+}
+
+/// How much one read may look at and answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SpanBounds {
+    /// Keys looked at, counting included: past it the read is refused.
+    pub scan_max: usize,
+    /// Keys answered: past it the answer is cut, with `more`.
+    pub items_max: usize,
+    /// Bytes of keys and values answered (at least one key): past it, cut with `more`.
+    pub bytes_max: usize,
+}
+
+/// The bounds of a `Range` read.
+pub const RANGE_BOUNDS: SpanBounds = SpanBounds {
+    scan_max: SPAN_SCAN_MAX,
+    items_max: SPAN_ITEMS_MAX,
+    bytes_max: SPAN_RESPONSE_BYTES_MAX,
+};
+
 /// A span's keys and the state they were read from.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SpanAnswer {
-    pub kvs: Vec<KeyView>,
+    pub kvs: Vec<SpanKey>,
     /// Keys of the span left out by the limit or the bounds.
     pub more: bool,
     /// Every key in the span (before the filters, as etcd counts).
@@ -113,6 +144,16 @@ impl KeySpan {
         }
     }
 
+    /// True if `key` lies in the span's bounds (its filters aside): what a watch on the span
+    /// sees (`crate::etcd::watch`). Byte order, as etcd's.
+    pub fn holds(&self, key: &str) -> bool {
+        match &self.end {
+            SpanEnd::One => key == self.start,
+            SpanEnd::All => key >= self.start.as_str(),
+            SpanEnd::Before(end) => key >= self.start.as_str() && key < end.as_str(),
+        }
+    }
+
     fn needs_all(&self) -> bool {
         self.sort
             .is_some_and(|(by, desc)| by != SortBy::Key || desc)
@@ -145,34 +186,35 @@ pub fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
     None
 }
 
-/// Answers `span` from `keys`, the key map of the state at `revision`.
+/// Answers `span` from `keys`, the key map of the state at `revision`, within
+/// [`RANGE_BOUNDS`].
 pub fn read(
-    keys: &turnstile_core::cow::Map<String, KeyRecord>,
+    keys: &cow::Map<String, KeyRecord>,
     span: &KeySpan,
     revision: u64,
 ) -> Result<SpanAnswer, SpanError> {
-    let lower = Bound::Included(span.start.as_str());
-    let in_span: Box<dyn Iterator<Item = (&String, &KeyRecord)>> = match &span.end {
-        SpanEnd::One => {
-            Box::new(keys.range::<_, str>((lower, Bound::Included(span.start.as_str()))))
-        }
-        SpanEnd::All => Box::new(keys.range::<_, str>((lower, Bound::Unbounded))),
-        SpanEnd::Before(end) if end.as_str() <= span.start.as_str() => Box::new(std::iter::empty()),
-        SpanEnd::Before(end) => {
-            Box::new(keys.range::<_, str>((lower, Bound::Excluded(end.as_str()))))
-        }
-    };
+    read_bounded(keys, span, revision, RANGE_BOUNDS)
+}
+
+/// Answers `span` from `keys` within `bounds`; `TooLarge` when the span holds more than
+/// `bounds.scan_max` keys.
+pub fn read_bounded(
+    keys: &cow::Map<String, KeyRecord>,
+    span: &KeySpan,
+    revision: u64,
+    bounds: SpanBounds,
+) -> Result<SpanAnswer, SpanError> {
     let mut picked: Vec<(&String, &KeyRecord)> = Vec::new();
     let mut count = 0usize;
     let take_first = if span.limit == 0 {
-        SPAN_ITEMS_MAX
+        bounds.items_max
     } else {
-        span.limit.min(SPAN_ITEMS_MAX)
+        span.limit.min(bounds.items_max)
     };
     let needs_all = span.needs_all();
-    for (k, r) in in_span {
+    for (k, r) in in_span(keys, span) {
         count += 1;
-        if count > SPAN_SCAN_MAX {
+        if count > bounds.scan_max {
             return Err(SpanError::TooLarge);
         }
         if span.count_only {
@@ -202,12 +244,12 @@ pub fn read(
     let mut bytes = 0usize;
     for (k, r) in picked.into_iter().take(take_first) {
         let value_len = if span.keys_only { 0 } else { r.value.len() };
-        if !kvs.is_empty() && bytes + k.len() + value_len > SPAN_RESPONSE_BYTES_MAX {
+        if !kvs.is_empty() && bytes + k.len() + value_len > bounds.bytes_max {
             more = true;
             break;
         }
         bytes += k.len() + value_len;
-        kvs.push(KeyView {
+        kvs.push(SpanKey {
             key: k.clone(),
             value: if span.keys_only {
                 String::new()
@@ -226,6 +268,29 @@ pub fn read(
         count: count as u64,
         revision,
     })
+}
+
+/// The keys of `keys` in the span's bounds, in key order.
+fn in_span<'a>(
+    keys: &'a cow::Map<String, KeyRecord>,
+    span: &'a KeySpan,
+) -> Box<dyn Iterator<Item = (&'a String, &'a KeyRecord)> + 'a> {
+    let lower = Bound::Included(span.start.as_str());
+    match &span.end {
+        SpanEnd::One => {
+            Box::new(keys.range::<_, str>((lower, Bound::Included(span.start.as_str()))))
+        }
+        SpanEnd::All => Box::new(keys.range::<_, str>((lower, Bound::Unbounded))),
+        SpanEnd::Before(end) if end.as_str() <= span.start.as_str() => Box::new(std::iter::empty()),
+        SpanEnd::Before(end) => {
+            Box::new(keys.range::<_, str>((lower, Bound::Excluded(end.as_str()))))
+        }
+    }
+}
+
+/// How many keys of `keys` lie in the span's bounds, counting no further than `max + 1`.
+pub fn count_at_most(keys: &cow::Map<String, KeyRecord>, span: &KeySpan, max: usize) -> usize {
+    in_span(keys, span).take(max.saturating_add(1)).count()
 }
 
 fn compare(by: SortBy, a: &(&String, &KeyRecord), b: &(&String, &KeyRecord)) -> Ordering {

@@ -1,6 +1,7 @@
 //! Key spans against etcd's own semantics (limits, sorts, filters, count, `more`).
 
 use super::*;
+use crate::state::KeyRecord;
 
 fn record(rev: u64, create: u64, version: u64, value: &str) -> KeyRecord {
     KeyRecord {
@@ -13,8 +14,8 @@ fn record(rev: u64, create: u64, version: u64, value: &str) -> KeyRecord {
 }
 
 /// a=1 (created 1), b/1 (created 5, modified 9), b/2 (created 3), b/3 (created 7), c (created 2).
-fn keys() -> turnstile_core::cow::Map<String, KeyRecord> {
-    let mut m = turnstile_core::cow::Map::new();
+fn keys() -> crate::cow::Map<String, KeyRecord> {
+    let mut m = crate::cow::Map::new();
     m.insert("a".into(), record(1, 1, 1, "va"));
     m.insert("b/1".into(), record(9, 5, 2, "z"));
     m.insert("b/2".into(), record(3, 3, 1, "y"));
@@ -130,7 +131,7 @@ fn filters_sorts_and_shapes() {
 
 #[test]
 fn a_span_too_large_to_count_is_refused_not_miscounted() {
-    let mut m = turnstile_core::cow::Map::new();
+    let mut m = crate::cow::Map::new();
     for i in 0..=SPAN_SCAN_MAX {
         m.insert(format!("k{i:07}"), record(1, 1, 1, ""));
     }
@@ -144,7 +145,7 @@ fn a_span_too_large_to_count_is_refused_not_miscounted() {
 
 #[test]
 fn answers_are_cut_at_the_item_bound() {
-    let mut m = turnstile_core::cow::Map::new();
+    let mut m = crate::cow::Map::new();
     for i in 0..SPAN_ITEMS_MAX + 5 {
         m.insert(format!("k{i:06}"), record(1, 1, 1, ""));
     }

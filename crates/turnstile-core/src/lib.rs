@@ -33,6 +33,7 @@ pub mod elections;
 pub mod events;
 pub mod invariants;
 pub mod key_changes;
+pub mod key_span;
 pub mod limits;
 mod locks;
 mod records;

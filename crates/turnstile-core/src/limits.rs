@@ -63,6 +63,14 @@ pub const CAMPAIGNS_MAX: usize = 1_000_000;
 pub const TXN_COMPARES_MAX: usize = 64;
 /// Most operations in one branch (`success` or `failure`) of a transaction.
 pub const TXN_OPS_PER_BRANCH_MAX: usize = 64;
+/// Ranges (etcd's `Range` inside a `Txn`) one branch may read ...
+pub const TXN_RANGES_PER_BRANCH_MAX: usize = 8;
+/// ... looking at most at this many keys together (they are read at apply) ...
+pub const TXN_RANGE_SCAN_MAX: usize = 10_000;
+/// ... each answering at most this many keys ...
+pub const TXN_RANGE_ITEMS_MAX: usize = 1_000;
+/// ... and about this many bytes of keys and values (at least one key).
+pub const TXN_RANGE_BYTES_MAX: usize = 512 * 1024;
 /// Most bytes of names and values (keys, values, lock and counter names) one transaction
 /// carries, over its compares and both branches. Like `VALUE_BYTES_MAX`, it keeps the whole
 /// log entry under sled's ~128 KiB blob threshold: one full-size value plus room for names.

@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 use crate::apply::check_len;
 use crate::auth::{self, Access, Kind};
 use crate::command::{Command, Fence};
+use crate::key_span::{self, KeySpan, SpanBounds, SpanEnd, SpanKey};
 use crate::limits;
 use crate::response::{ApplyError, Outcome};
 use crate::state::{KeyRecord, State};
@@ -36,6 +37,9 @@ pub enum Compare {
     Value { key: String, value: String },
     /// `token` is the lock's current exclusive grant (as a `fence` guard judges it).
     Fence(Fence),
+    /// The key exists with this `create_revision` (etcd's election recipe proclaims and
+    /// resigns with it).
+    CreateRevision { key: String, create_revision: u64 },
 }
 
 /// One operation of a branch.
@@ -56,6 +60,11 @@ pub enum TxnOp {
         counter: String,
         by: i64,
     },
+    /// The keys of a span (etcd's `Range` inside a `Txn`), as the branch's earlier ops left
+    /// them: bounded by `TXN_RANGE_*` (`check_branch` refuses a branch whose ranges would look
+    /// at too many keys). Only the etcd port makes it, without a request id, so its answer is
+    /// never kept in a request record.
+    Range(KeySpan),
 }
 
 /// The result of one op, in the order of the branch's ops.
@@ -79,6 +88,13 @@ pub enum TxnResult {
         counter: String,
         value: i64,
     },
+    /// A span's keys (after earlier ops of the branch), cut at the bounds with `more`; `count`
+    /// is every key in the span.
+    Range {
+        kvs: Vec<SpanKey>,
+        more: bool,
+        count: u64,
+    },
 }
 
 type ApplyResult = Result<Outcome, ApplyError>;
@@ -94,6 +110,7 @@ impl Compare {
             Compare::Absent { key }
             | Compare::ModRevision { key, .. }
             | Compare::Version { key, .. }
+            | Compare::CreateRevision { key, .. }
             | Compare::Value { key, .. } => Some(key),
             Compare::Fence(_) => None,
         }
@@ -114,7 +131,7 @@ impl TxnOp {
         match self {
             TxnOp::Put { key, .. } | TxnOp::Delete { key } => Some((Kind::Key, key)),
             TxnOp::Incr { counter, .. } => Some((Kind::Counter, counter)),
-            TxnOp::Get { .. } => None,
+            TxnOp::Get { .. } | TxnOp::Range(_) => None,
         }
     }
 
@@ -123,9 +140,24 @@ impl TxnOp {
             TxnOp::Put { key, value, .. } => key.len() + value.len(),
             TxnOp::Delete { key } | TxnOp::Get { key } => key.len(),
             TxnOp::Incr { counter, .. } => counter.len(),
+            TxnOp::Range(span) => span.start.len() + span_end_len(span),
         }
     }
 }
+
+fn span_end_len(span: &KeySpan) -> usize {
+    match &span.end {
+        SpanEnd::Before(end) => end.len(),
+        SpanEnd::One | SpanEnd::All => 0,
+    }
+}
+
+/// What one range inside a transaction may answer (its scan is bounded by `check_branch`).
+const TXN_RANGE_BOUNDS: SpanBounds = SpanBounds {
+    scan_max: usize::MAX,
+    items_max: limits::TXN_RANGE_ITEMS_MAX,
+    bytes_max: limits::TXN_RANGE_BYTES_MAX,
+};
 
 /// Checks what does not depend on the state: counts, lengths, steps, payload bytes, and that
 /// no branch writes one key (or counter) twice. The API runs it before proposing (`400`);
@@ -190,9 +222,25 @@ fn check_branch_shape(branch: &str, ops: &[TxnOp]) -> Result<(), ApplyError> {
             limits::TXN_OPS_PER_BRANCH_MAX
         )));
     }
+    let ranges = ops
+        .iter()
+        .filter(|op| matches!(op, TxnOp::Range(_)))
+        .count();
+    if ranges > limits::TXN_RANGES_PER_BRANCH_MAX {
+        return Err(invalid(format!(
+            "{branch} has more than {} ranges",
+            limits::TXN_RANGES_PER_BRANCH_MAX
+        )));
+    }
     let mut written = BTreeSet::new();
     for op in ops {
         match op {
+            TxnOp::Range(span) => {
+                check_len("range start", &span.start, limits::KEY_BYTES_MAX)?;
+                if let SpanEnd::Before(end) = &span.end {
+                    check_len("range end", end, limits::KEY_BYTES_MAX)?;
+                }
+            }
             TxnOp::Put { key, value, .. } => {
                 check_len("key", key, limits::KEY_BYTES_MAX)?;
                 check_value(value)?;
@@ -246,6 +294,9 @@ impl State {
                     key.is_some_and(|k| k.mod_revision == *mod_revision)
                 }
                 Compare::Version { version, .. } => key.is_some_and(|k| k.version == *version),
+                Compare::CreateRevision {
+                    create_revision, ..
+                } => key.is_some_and(|k| k.create_revision == *create_revision),
                 Compare::Value { value, .. } => key.is_some_and(|k| &k.value == value),
                 Compare::Fence(f) => self.exclusive_token(&f.lock) == Some(f.token),
             }
@@ -257,13 +308,28 @@ impl State {
     /// may be refused that would just fit), which keeps the check independent of op order.
     fn check_branch(&self, ops: &[TxnOp]) -> Result<(), ApplyError> {
         let (mut new_keys, mut new_counters) = (0usize, 0usize);
+        // Keys the branch's ranges look at: each counted on the state before the branch, plus
+        // every put before it (each may add a key to its span).
+        let (mut puts, mut scanned) = (0usize, 0usize);
         for op in ops {
             match op {
+                TxnOp::Range(span) => {
+                    let left = limits::TXN_RANGE_SCAN_MAX.saturating_sub(scanned);
+                    scanned += key_span::count_at_most(&self.keys, span, left) + puts;
+                    if scanned > limits::TXN_RANGE_SCAN_MAX {
+                        return Err(invalid(format!(
+                            "the ranges of a transaction look at most at {} keys together: \
+                             narrow them (a prefix, a range end)",
+                            limits::TXN_RANGE_SCAN_MAX
+                        )));
+                    }
+                }
                 TxnOp::Put { key, lease_id, .. } => {
                     if let Some(lease_id) = lease_id.filter(|&id| !self.lease_is_live(id)) {
                         return Err(ApplyError::LeaseNotFound { lease_id });
                     }
                     new_keys += usize::from(!self.keys.contains_key(key));
+                    puts += 1;
                 }
                 TxnOp::Incr { counter, by } => {
                     let current = self.counters.get(counter).copied();
@@ -314,6 +380,23 @@ impl State {
                 key: key.clone(),
                 record: self.keys.get(key).cloned(),
             },
+            TxnOp::Range(span) => {
+                // `check_branch` bounded the scan, so the read cannot refuse; the empty answer
+                // only keeps this total.
+                let answer = key_span::read_bounded(&self.keys, span, index, TXN_RANGE_BOUNDS);
+                match answer {
+                    Ok(a) => TxnResult::Range {
+                        kvs: a.kvs,
+                        more: a.more,
+                        count: a.count,
+                    },
+                    Err(_) => TxnResult::Range {
+                        kvs: Vec::new(),
+                        more: true,
+                        count: 0,
+                    },
+                }
+            }
             TxnOp::Incr { counter, by } => {
                 // Overflow was ruled out by `check_branch`; saturating only keeps this total.
                 let value = self
@@ -362,6 +445,9 @@ impl State {
                 }
                 TxnOp::Delete { key } => auth.require(principal, Kind::Key, key, Access::Write)?,
                 TxnOp::Get { key } => auth.require(principal, Kind::Key, key, Access::Read)?,
+                TxnOp::Range(span) => {
+                    auth.require(principal, Kind::Key, span.guard_prefix(), Access::Read)?
+                }
                 TxnOp::Incr { counter, .. } => {
                     auth.require(principal, Kind::Counter, counter, Access::Write)?
                 }
@@ -411,15 +497,19 @@ impl State {
                 }
             }
         }
+        let owns = |id: &u64| self.auth.owns_lease(principal, *id);
         for result in &mut results {
-            if let TxnResult::Get {
-                record: Some(record),
-                ..
-            } = result
-            {
-                record.lease_id = record
-                    .lease_id
-                    .filter(|id| self.auth.owns_lease(principal, *id));
+            match result {
+                TxnResult::Get {
+                    record: Some(record),
+                    ..
+                } => record.lease_id = record.lease_id.filter(owns),
+                TxnResult::Range { kvs, .. } => {
+                    for kv in kvs {
+                        kv.lease_id = kv.lease_id.filter(owns);
+                    }
+                }
+                _ => {}
             }
         }
         Outcome::Txn { succeeded, results }
@@ -429,3 +519,7 @@ impl State {
 #[cfg(test)]
 #[path = "txn_test.rs"]
 mod txn_test;
+
+#[cfg(test)]
+#[path = "txn_range_test.rs"]
+mod txn_range_test;

@@ -19,13 +19,13 @@ use turnstile_tests::Cluster;
 /// How long one `etcdctl` run may take before the test fails.
 const ETCDCTL_TIMEOUT_S: u64 = 30;
 
-fn etcd_port(args: &mut turnstile_server::config::ServeArgs) {
+pub(crate) fn etcd_port(args: &mut turnstile_server::config::ServeArgs) {
     args.etcd_listen = Some("127.0.0.1:0".parse().expect("addr"));
 }
 
 /// Debian's `etcdctl`; `None` (the test skips, saying so) where it is not installed, except
 /// in CI, which installs it: there a missing one fails the test.
-fn etcdctl_binary() -> Option<PathBuf> {
+pub(crate) fn etcdctl_binary() -> Option<PathBuf> {
     let path = PathBuf::from("/usr/bin/etcdctl");
     assert!(
         path.exists() || std::env::var_os("CI").is_none(),
@@ -35,15 +35,15 @@ fn etcdctl_binary() -> Option<PathBuf> {
 }
 
 /// Runs `etcdctl` with `args` against `endpoints`, feeding it `stdin`.
-struct Etcdctl {
-    binary: PathBuf,
-    endpoints: String,
+pub(crate) struct Etcdctl {
+    pub(crate) binary: PathBuf,
+    pub(crate) endpoints: String,
     /// `--cacert`, `--cert`, `--key` for a secure cluster.
     tls: Vec<String>,
 }
 
 impl Etcdctl {
-    fn new(binary: PathBuf, endpoints: &[SocketAddr]) -> Etcdctl {
+    pub(crate) fn new(binary: PathBuf, endpoints: &[SocketAddr]) -> Etcdctl {
         let endpoints = endpoints
             .iter()
             .map(ToString::to_string)
@@ -85,7 +85,7 @@ impl Etcdctl {
     }
 
     /// Runs `args`, demands success, returns stdout.
-    async fn ok(&self, args: &[&str]) -> anyhow::Result<String> {
+    pub(crate) async fn ok(&self, args: &[&str]) -> anyhow::Result<String> {
         self.ok_with(args, None).await
     }
 
@@ -112,7 +112,7 @@ impl Etcdctl {
         Ok(String::from_utf8_lossy(&out.stderr).to_string())
     }
 
-    async fn json(&self, args: &[&str]) -> anyhow::Result<Value> {
+    pub(crate) async fn json(&self, args: &[&str]) -> anyhow::Result<Value> {
         let mut all = args.to_vec();
         all.extend(["-w", "json"]);
         let out = self.ok(&all).await?;
@@ -125,7 +125,7 @@ fn b64(s: &str) -> String {
     base64::engine::general_purpose::STANDARD.encode(s)
 }
 
-fn etcd_addrs(c: &Cluster) -> anyhow::Result<Vec<SocketAddr>> {
+pub(crate) fn etcd_addrs(c: &Cluster) -> anyhow::Result<Vec<SocketAddr>> {
     (1..=3)
         .map(|id| c.etcd_addr(id).context("node serves no etcd port"))
         .collect()
@@ -451,10 +451,20 @@ async fn etcd_client_crate_locks_fence_and_keep_alive() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The next leader an `Observe` stream answers: its value and token (`create_revision`).
+async fn observed(observer: &mut etcd_client::ObserveStream) -> anyhow::Result<(String, i64)> {
+    let r = tokio::time::timeout(Duration::from_secs(15), observer.message())
+        .await
+        .context("no Observe answer in time")??
+        .context("the Observe stream ended")?;
+    let kv = r.kv().context("leader kv")?;
+    Ok((kv.value_str()?.to_string(), kv.create_revision()))
+}
+
 /// etcd's Election service through the `etcd-client` crate: the first campaign leads with the
 /// fencing token as its leader key's `rev`, the second queues, proclaim publishes, resign
 /// hands leadership on with a larger token, and a stale leader key can neither proclaim nor
-/// be mistaken for the leader.
+/// be mistaken for the leader; an `Observe` stream hears each leader and proclaimed value.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn etcd_client_crate_elections_hand_over_in_order() -> anyhow::Result<()> {
     use etcd_client::{ProclaimOptions, ResignOptions};
@@ -477,6 +487,12 @@ async fn etcd_client_crate_elections_hand_over_in_order() -> anyhow::Result<()> 
     assert_eq!(
         (kv.value(), kv.create_revision()),
         (b"alpha".as_slice(), leader.rev())
+    );
+    // An observer hears the leader now, then every proclaimed value and every new leader.
+    let mut observer = client.observe("svc").await?;
+    assert_eq!(
+        observed(&mut observer).await?,
+        ("alpha".into(), leader.rev())
     );
 
     let mut other = etcd_client::Client::connect(&endpoints, None).await?;
@@ -504,6 +520,10 @@ async fn etcd_client_crate_elections_hand_over_in_order() -> anyhow::Result<()> 
         client.leader("svc").await?.kv().map(|k| k.value()),
         Some(b"alpha-2".as_slice())
     );
+    assert_eq!(
+        observed(&mut observer).await?,
+        ("alpha-2".into(), leader.rev())
+    );
     client
         .resign(Some(ResignOptions::new().with_leader(leader.clone())))
         .await?;
@@ -514,6 +534,10 @@ async fn etcd_client_crate_elections_hand_over_in_order() -> anyhow::Result<()> 
         "{} after {}",
         next_key.rev(),
         leader.rev()
+    );
+    assert_eq!(
+        observed(&mut observer).await?,
+        ("beta".into(), next_key.rev())
     );
     let err = client
         .proclaim(

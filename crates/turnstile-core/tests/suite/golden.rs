@@ -308,6 +308,22 @@ fn sample_envelopes() -> Vec<(&'static str, Envelope)> {
                 },
             ),
         ),
+        (
+            "v2_txn_create_revision",
+            env(
+                None,
+                Command::Txn {
+                    compares: vec![Compare::CreateRevision {
+                        key: "svc/1a".into(),
+                        create_revision: 12,
+                    }],
+                    success: vec![TxnOp::Delete {
+                        key: "svc/1a".into(),
+                    }],
+                    failure: vec![],
+                },
+            ),
+        ),
     ]
 }
 

@@ -175,8 +175,10 @@ fn command(b: TxnBody) -> Result<Command, ApiError> {
     })
 }
 
-fn result_answer(r: TxnResult) -> TxnResultAnswer {
-    match r {
+/// One result as the HTTP API answers it. A range result cannot follow from an HTTP
+/// transaction (only the etcd port makes range ops): a server bug, answered 500.
+fn result_answer(r: TxnResult) -> Result<TxnResultAnswer, ApiError> {
+    Ok(match r {
         TxnResult::Put { revision, existed } => {
             TxnResultAnswer::Put(TxnWritten { revision, existed })
         }
@@ -197,7 +199,12 @@ fn result_answer(r: TxnResult) -> TxnResultAnswer {
         TxnResult::Incr { counter, value } => {
             TxnResultAnswer::Incr(TxnIncremented { counter, value })
         }
-    }
+        TxnResult::Range { .. } => {
+            return Err(ApiError::Internal(
+                "a range result for an HTTP transaction".into(),
+            ))
+        }
+    })
 }
 
 /// Judges every compare together, then applies one branch, in one log entry.
@@ -217,7 +224,10 @@ pub async fn txn(
     match w.outcome {
         Outcome::Txn { succeeded, results } => Ok(Json(TxnAnswer {
             succeeded,
-            results: results.into_iter().map(result_answer).collect(),
+            results: results
+                .into_iter()
+                .map(result_answer)
+                .collect::<Result<_, _>>()?,
             revision: w.revision,
         })),
         other => Err(unexpected(&other)),

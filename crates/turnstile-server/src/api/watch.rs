@@ -303,7 +303,7 @@ fn hears_a_leader(app: &App, span: Duration) -> bool {
 }
 
 /// Resolves once this node has heard no leader for `span` without a break.
-async fn leaderless_for(app: &App, span: Duration) {
+pub(crate) async fn leaderless_for(app: &App, span: Duration) {
     let step = Duration::from_millis(app.cfg.heartbeat_ms.max(50));
     let mut since: Option<tokio::time::Instant> = None;
     loop {

@@ -1,6 +1,8 @@
 //! What every etcd RPC shares: who is calling, the response header, etcd's keys and values as
 //! Turnstile's strings, and Turnstile's errors as the gRPC statuses etcd's clients expect.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use sha2::{Digest, Sha256};
 use tonic::{Code, Status};
 use turnstile_core::ApplyError;
@@ -203,6 +205,30 @@ pub fn unsupported(what: &str) -> Status {
     Status::unimplemented(format!(
         "{what} is not supported by Turnstile's etcd port (docs/etcd-compat.md)"
     ))
+}
+
+/// One of the node's long-lived streams of one kind (keep-alive, watch), counted in `count`
+/// and given back when dropped.
+pub struct StreamSlot(&'static AtomicUsize);
+
+impl StreamSlot {
+    /// A slot, or `ResourceExhausted` when the node already serves `max` such streams.
+    pub fn take(count: &'static AtomicUsize, max: usize, what: &str) -> Result<Self, Status> {
+        let before = count.fetch_add(1, Ordering::SeqCst);
+        if before >= max {
+            count.fetch_sub(1, Ordering::SeqCst);
+            return Err(Status::resource_exhausted(format!(
+                "this node serves at most {max} {what} streams"
+            )));
+        }
+        Ok(StreamSlot(count))
+    }
+}
+
+impl Drop for StreamSlot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 #[cfg(test)]

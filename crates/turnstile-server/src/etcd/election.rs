@@ -6,10 +6,11 @@
 //! As with `Lock`, a campaign waits at most `WAIT_MS_MAX` (etcd: for ever). `Resign` by a
 //! campaign that no longer leads succeeds and changes nothing, as etcd's does. `Leader`
 //! answers the value and the fencing token (as `create_revision`); Turnstile does not keep a
-//! leader's `mod_revision` or `version`, which answer 0. `Observe` is not served yet.
+//! leader's `mod_revision` or `version`, which answer 0. `Observe` is in [`crate::etcd::observe`].
 
 use std::sync::Arc;
 
+use tonic::codegen::BoxStream;
 use tonic::{Request, Response, Status};
 use turnstile_core::{ApplyError, Command, Outcome};
 use turnstile_etcd_proto::mvccpb::KeyValue;
@@ -158,6 +159,14 @@ impl Election for ElectionService {
                 lease: signed(lease_id),
             }),
         }))
+    }
+
+    async fn observe(
+        &self,
+        req: Request<LeaderRequest>,
+    ) -> Result<Response<BoxStream<LeaderResponse>>, Status> {
+        let name = name_of(&req.get_ref().name)?;
+        crate::etcd::observe::observe(&self.app, req, name).await
     }
 
     async fn resign(

@@ -3,9 +3,12 @@
 //! write that asks for the previous value, or a `Txn`, is one `Command::Txn` entry (a `get`
 //! before the write, in the same entry, so the previous value is exactly the one replaced).
 //!
+//! A `Range` inside a `Txn` is read at apply, in the same entry (`TxnOp::Range`, bounded by
+//! `turnstile_core::limits::TXN_RANGE_*`).
+//!
 //! Not served (`Unimplemented`, listed in docs/etcd-compat.md): deleting a range of keys,
-//! ranges and nested transactions inside a `Txn`, compares other than equality (and
-//! `create_revision` other than 0, `lease`), `ignore_value` and `ignore_lease`. Reads at a past
+//! nested transactions inside a `Txn`, compares other than equality (and on `lease`),
+//! `ignore_value` and `ignore_lease`. Reads at a past
 //! revision answer etcd's "compacted" error: Turnstile keeps no history.
 
 use std::sync::Arc;
@@ -51,7 +54,7 @@ impl Kv for KvService {
             header: header(&self.app, a.revision),
             count: common::signed(a.count),
             more: a.more,
-            kvs: a.kvs.into_iter().map(key_value).collect(),
+            kvs: a.kvs.into_iter().map(|k| key_value(k.into())).collect(),
         }))
     }
 
@@ -279,7 +282,7 @@ fn span(r: &RangeRequest) -> Result<KeySpan, Status> {
 }
 
 /// A range's start key and end.
-fn bounds(key_bytes: &[u8], range_end: &[u8]) -> Result<(String, SpanEnd), Status> {
+pub(crate) fn bounds(key_bytes: &[u8], range_end: &[u8]) -> Result<(String, SpanEnd), Status> {
     if key_bytes.is_empty() {
         return Err(Status::invalid_argument("etcdserver: key is not provided"));
     }
@@ -324,13 +327,15 @@ fn delete_op(r: &DeleteRangeRequest) -> Result<TxnOp, Status> {
     Ok(TxnOp::Delete { key: key(&r.key)? })
 }
 
-/// `op` preceded by a `get` of its key, for its previous value.
+/// `op` (a put or a delete) preceded by a `get` of its key, for its previous value.
 fn get_then(op: TxnOp) -> Vec<TxnOp> {
-    let key = match &op {
-        TxnOp::Put { key, .. } | TxnOp::Delete { key } | TxnOp::Get { key } => key.clone(),
-        TxnOp::Incr { counter, .. } => counter.clone(),
-    };
-    vec![TxnOp::Get { key }, op]
+    match &op {
+        TxnOp::Put { key, .. } | TxnOp::Delete { key } => {
+            let key = key.clone();
+            vec![TxnOp::Get { key }, op]
+        }
+        _ => vec![op],
+    }
 }
 
 /// Removes the first result, which must be a `get`, as etcd's `prev_kv`.
@@ -353,8 +358,8 @@ fn take_get(results: &mut Vec<TxnResult>) -> Result<Option<KeyValue>, Status> {
     }
 }
 
-/// An etcd compare as Turnstile's: equality on version, mod revision and value, and
-/// "absent" (version, create or mod revision equal to 0).
+/// An etcd compare as Turnstile's: equality on version, create and mod revision and value,
+/// and "absent" (version, create or mod revision equal to 0).
 fn compare_of(c: &turnstile_etcd_proto::etcdserverpb::Compare) -> Result<Compare, Status> {
     use compare::{CompareResult as R, CompareTarget as T, TargetUnion as U};
     if !c.range_end.is_empty() {
@@ -373,12 +378,16 @@ fn compare_of(c: &turnstile_etcd_proto::etcdserverpb::Compare) -> Result<Compare
             key,
             mod_revision: unsigned("mod_revision", *m)?,
         }),
+        (R::Equal, T::Create, Some(U::CreateRevision(c))) => Ok(Compare::CreateRevision {
+            key,
+            create_revision: unsigned("create_revision", *c)?,
+        }),
         (R::Equal, T::Value, Some(U::Value(v))) => Ok(Compare::Value {
             key,
             value: common::value(v)?,
         }),
         (result, target, _) => Err(unsupported(&format!(
-            "Compare {} on {} (supported: EQUAL on VERSION, MOD or VALUE, and CREATE = 0)",
+            "Compare {} on {} (supported: EQUAL on VERSION, CREATE, MOD or VALUE)",
             result.as_str_name(),
             target.as_str_name()
         ))),
@@ -388,8 +397,10 @@ fn compare_of(c: &turnstile_etcd_proto::etcdserverpb::Compare) -> Result<Compare
 /// How one etcd op of a branch maps onto the results of Turnstile's ops.
 #[derive(Debug, Clone, Copy)]
 enum Shape {
-    /// One `get`.
+    /// One `get` (a single key, no options).
     Range,
+    /// One key span (`TxnOp::Range`).
+    Span,
     /// A put, after a `get` when `prev`.
     Put { prev: bool },
     /// A delete, after a `get` when `prev`.
@@ -403,11 +414,16 @@ fn branch(ops: &[RequestOp]) -> Result<(Vec<TxnOp>, Vec<Shape>), Status> {
     for op in ops {
         match &op.request {
             Some(request_op::Request::RequestRange(r)) => {
-                if !r.range_end.is_empty() {
-                    return Err(unsupported("a Range of more than one key inside a Txn"));
+                if r.revision != 0 {
+                    return Err(unsupported("a Range at a revision inside a Txn"));
                 }
-                out.push(TxnOp::Get { key: key(&r.key)? });
-                shapes.push(Shape::Range);
+                if is_plain_get(r) {
+                    out.push(TxnOp::Get { key: key(&r.key)? });
+                    shapes.push(Shape::Range);
+                } else {
+                    out.push(TxnOp::Range(span(r)?));
+                    shapes.push(Shape::Span);
+                }
             }
             Some(request_op::Request::RequestPut(p)) => {
                 let put = put_op(p)?;
@@ -436,6 +452,18 @@ fn branch(ops: &[RequestOp]) -> Result<(Vec<TxnOp>, Vec<Shape>), Status> {
     Ok((out, shapes))
 }
 
+/// True for a `Range` of one key with nothing that shapes its answer: a plain `get`.
+fn is_plain_get(r: &RangeRequest) -> bool {
+    r.range_end.is_empty()
+        && r.limit == 0
+        && !r.keys_only
+        && !r.count_only
+        && r.min_mod_revision == 0
+        && r.max_mod_revision == 0
+        && r.min_create_revision == 0
+        && r.max_create_revision == 0
+}
+
 /// The branch's results as etcd's responses, one per etcd op.
 fn responses(
     app: &App,
@@ -459,6 +487,17 @@ fn responses(
                     kvs: kv.into_iter().collect(),
                 })
             }
+            Shape::Span => match next()? {
+                TxnResult::Range { kvs, more, count } => {
+                    response_op::Response::ResponseRange(RangeResponse {
+                        header: header(app, revision),
+                        count: common::signed(count),
+                        more,
+                        kvs: kvs.into_iter().map(|k| key_value(k.into())).collect(),
+                    })
+                }
+                other => return Err(unexpected(&other)),
+            },
             Shape::Put { prev } => {
                 let prev_kv = if prev {
                     take_get(&mut vec![next()?])?

@@ -7,7 +7,7 @@
 //! API: a renewal survives a leader change. A lease that is gone answers `TTL: 0` on the
 //! stream and `TTL: -1` from `LeaseTimeToLive`, as etcd does.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 
 use tokio::sync::mpsc;
@@ -24,7 +24,9 @@ use turnstile_etcd_proto::etcdserverpb::{
 
 use crate::app::App;
 use crate::auth::{Caller, NodeQuota, NodeUsage};
-use crate::etcd::common::{caller, header, signed, status, unexpected, unsigned, unsupported};
+use crate::etcd::common::{
+    caller, header, signed, status, unexpected, unsigned, unsupported, StreamSlot,
+};
 use crate::proto::{ReadAnswer, ReadQuery};
 use crate::ranges::{Range, LIST_LIMIT_MAX};
 
@@ -36,27 +38,6 @@ pub const KEEPALIVE_STREAMS_PER_NODE_MAX: usize = 10_000;
 
 static KEEPALIVE_STREAMS: AtomicUsize = AtomicUsize::new(0);
 
-/// One of the node's keep-alive streams, given back when dropped.
-struct StreamSlot;
-
-impl StreamSlot {
-    fn take() -> Result<StreamSlot, Status> {
-        let before = KEEPALIVE_STREAMS.fetch_add(1, Ordering::SeqCst);
-        if before >= KEEPALIVE_STREAMS_PER_NODE_MAX {
-            KEEPALIVE_STREAMS.fetch_sub(1, Ordering::SeqCst);
-            return Err(Status::resource_exhausted(format!(
-                "this node serves at most {KEEPALIVE_STREAMS_PER_NODE_MAX} keep-alive streams"
-            )));
-        }
-        Ok(StreamSlot)
-    }
-}
-
-impl Drop for StreamSlot {
-    fn drop(&mut self) {
-        KEEPALIVE_STREAMS.fetch_sub(1, Ordering::SeqCst);
-    }
-}
 /// Leases one `LeaseLeases` answer lists at most (pages of `LIST_LIMIT_MAX`).
 pub const LEASES_LISTED_MAX: usize = 100_000;
 
@@ -130,7 +111,11 @@ impl Lease for LeaseService {
         req: Request<Streaming<LeaseKeepAliveRequest>>,
     ) -> Result<Response<BoxStream<LeaseKeepAliveResponse>>, Status> {
         let caller = caller(&self.app, &req).await?;
-        let node_slot = StreamSlot::take()?;
+        let node_slot = StreamSlot::take(
+            &KEEPALIVE_STREAMS,
+            KEEPALIVE_STREAMS_PER_NODE_MAX,
+            "keep-alive",
+        )?;
         let quota_slot =
             NodeUsage::take(&self.app, &caller, NodeQuota::Watches).map_err(|e| status(&e))?;
         let mut incoming = req.into_inner();

@@ -8,7 +8,9 @@
 //! - [`lease`]: LeaseGrant, LeaseRevoke, LeaseKeepAlive, LeaseTimeToLive, LeaseLeases.
 //! - [`cluster`]: MemberList, Status, Authenticate, AuthStatus.
 //! - [`lock`]: Lock and Unlock on Turnstile's own locks (the answer's revision is the token).
-//! - [`election`]: Campaign, Proclaim, Leader and Resign on Turnstile's elections.
+//! - [`election`]: Campaign, Proclaim, Leader, Resign and ([`observe`]) Observe on Turnstile's
+//!   elections.
+//! - [`watch`]: Watch, on the replicated watch history.
 //! - Everything else answers `Unimplemented`, with a message naming the RPC
 //!   ([`unimplemented`]), never a wrong answer.
 //!
@@ -16,8 +18,9 @@
 //! TLS handshakes under the header read timeout. On top: per connection at most
 //! [`STREAMS_PER_CONNECTION_MAX`] concurrent RPCs, node-wide at most `--http-connections-max`
 //! RPCs in progress (so the port holds no more requests than the HTTP port can), messages of
-//! at most [`REQUEST_BYTES_MAX`], and keep-alive streams under the `watches` quota
-//! (`lease::KEEPALIVE_STREAMS_PER_NODE_MAX`).
+//! at most [`REQUEST_BYTES_MAX`], and keep-alive and watch streams under the `watches` quota
+//! and a node-wide count each (`lease::KEEPALIVE_STREAMS_PER_NODE_MAX`,
+//! `watch::WATCH_STREAMS_PER_NODE_MAX`).
 
 pub mod cluster;
 pub mod common;
@@ -26,7 +29,9 @@ pub mod kv;
 pub mod lease;
 pub mod listener;
 pub mod lock;
+pub mod observe;
 pub mod unimplemented;
+pub mod watch;
 
 pub use unimplemented::UnimplementedMessage;
 
@@ -34,11 +39,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
-use tokio::sync::watch;
 use turnstile_etcd_proto::etcdserverpb::{
     auth_server::AuthServer, cluster_server::ClusterServer, kv_server::KvServer,
-    lease_server::LeaseServer, maintenance_server::MaintenanceServer, watch_server::Watch,
-    watch_server::WatchServer,
+    lease_server::LeaseServer, maintenance_server::MaintenanceServer, watch_server::WatchServer,
 };
 use turnstile_etcd_proto::v3electionpb::election_server::ElectionServer;
 use turnstile_etcd_proto::v3lockpb::lock_server::LockServer;
@@ -67,11 +70,6 @@ macro_rules! sized {
     };
 }
 
-/// Services this port has no part of yet; their RPCs answer `Unimplemented`.
-struct Unserved;
-
-impl Watch for Unserved {}
-
 /// Serves the etcd API on `listener` until `stop` changes, then for at most `drain` more
 /// while open RPCs finish.
 pub async fn serve(
@@ -79,7 +77,7 @@ pub async fn serve(
     listener: TcpListener,
     limits: HttpLimits,
     tls: Option<TlsServer>,
-    stop: watch::Receiver<bool>,
+    stop: tokio::sync::watch::Receiver<bool>,
     drain: Duration,
 ) {
     let own_url = match listener.local_addr() {
@@ -111,7 +109,9 @@ pub async fn serve(
         .add_service(sized!(ClusterServer::from_arc(cluster.clone())))
         .add_service(sized!(MaintenanceServer::from_arc(cluster.clone())))
         .add_service(sized!(AuthServer::from_arc(cluster)))
-        .add_service(WatchServer::new(Unserved))
+        .add_service(sized!(WatchServer::new(watch::WatchService {
+            app: app.clone()
+        })))
         .add_service(sized!(LockServer::new(lock::LockService {
             app: app.clone()
         })))
