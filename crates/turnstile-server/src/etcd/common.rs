@@ -207,6 +207,15 @@ pub fn unsupported(what: &str) -> Status {
     ))
 }
 
+/// The principal a stream's events are judged and redacted for; `None` sees everything
+/// (root, or anyone when authentication is off).
+pub fn judged_principal(caller: &Caller) -> Option<String> {
+    if caller.is_root() {
+        return None;
+    }
+    caller.principal().map(str::to_string)
+}
+
 /// One of the node's long-lived streams of one kind (keep-alive, watch), counted in `count`
 /// and given back when dropped.
 pub struct StreamSlot(&'static AtomicUsize);

@@ -21,8 +21,10 @@ use turnstile_etcd_proto::mvccpb::KeyValue;
 use turnstile_etcd_proto::v3electionpb::{LeaderRequest, LeaderResponse};
 
 use crate::app::App;
-use crate::auth::{Caller, NodeQuota, NodeUsage};
-use crate::etcd::common::{caller, header, signed, status, unexpected, value_bytes};
+use crate::auth::{NodeQuota, NodeUsage};
+use crate::etcd::common::{
+    caller, header, judged_principal, signed, status, unexpected, value_bytes,
+};
 use crate::etcd::lock::lock_key;
 use crate::etcd::watch::{stream_slot, Wakeups};
 use crate::proto::{ReadAnswer, ReadQuery};
@@ -63,7 +65,7 @@ pub async fn observe(
     let (tx, rx) = mpsc::channel(STREAM_BUFFER);
     let observer = Observer {
         app: app.clone(),
-        principal: principal_of(&caller),
+        principal: judged_principal(&caller),
         name,
         after: (0, 0),
         last: None,
@@ -75,13 +77,6 @@ pub async fn observe(
         }
     });
     Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
-}
-
-fn principal_of(caller: &Caller) -> Option<String> {
-    if caller.is_root() {
-        return None;
-    }
-    caller.principal().map(str::to_string)
 }
 
 struct Observer {

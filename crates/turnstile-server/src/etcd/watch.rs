@@ -39,8 +39,10 @@ use turnstile_etcd_proto::mvccpb::{self, event::EventType, KeyValue};
 
 use crate::api::watch::leaderless_for;
 use crate::app::App;
-use crate::auth::{Caller, NodeQuota, NodeUsage};
-use crate::etcd::common::{caller, header, signed, status, value_bytes, StreamSlot};
+use crate::auth::{NodeQuota, NodeUsage};
+use crate::etcd::common::{
+    caller, header, judged_principal, signed, status, value_bytes, StreamSlot,
+};
 use crate::etcd::kv::bounds;
 use crate::key_span::KeySpan;
 
@@ -103,7 +105,7 @@ impl Watch for WatchService {
         let (tx, rx) = mpsc::channel(STREAM_BUFFER);
         let watches = Watches {
             app: self.app.clone(),
-            principal: principal_of(&caller),
+            principal: judged_principal(&caller),
             by_id: BTreeMap::new(),
             next_id: 0,
         };
@@ -115,14 +117,6 @@ impl Watch for WatchService {
         });
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
-}
-
-/// The principal events are judged for; `None` sees everything (root, or no authentication).
-fn principal_of(caller: &Caller) -> Option<String> {
-    if caller.is_root() {
-        return None;
-    }
-    caller.principal().map(str::to_string)
 }
 
 type Out = mpsc::Sender<Result<WatchResponse, Status>>;
