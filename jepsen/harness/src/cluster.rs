@@ -43,6 +43,8 @@ pub use observe::wait_for;
 
 /// The port every node listens on inside its namespace.
 pub const NODE_PORT: u16 = 7000;
+/// Every node's etcd port (`--etcd-listen`), on its own address (etcd's client port).
+pub const ETCD_PORT: u16 = 2379;
 /// The cluster secret of harness clusters.
 const SECRET: &str = "jepsen-cluster-secret";
 /// Longest a wait in the harness may take before it gives up.
@@ -64,6 +66,9 @@ pub struct ClusterOptions {
     pub bugs: String,
     /// Extra `serve` flags (e.g. `--request-timeout-ms 3000`).
     pub extra_args: Vec<String>,
+    /// Every node also serves the etcd port on its address, port [`ETCD_PORT`]. Off for a
+    /// binary older than the flag (the rolling upgrade's).
+    pub etcd_port: bool,
     /// Where the nodes run.
     pub backend: Backend,
     /// TLS and client certificates (the default), or plain HTTP for debugging.
@@ -285,6 +290,18 @@ impl ProcCluster {
         self.ids().into_iter().map(|id| self.endpoint(id)).collect()
     }
 
+    /// `https://ip:2379` (or `http://`) of every node's etcd port, in node order.
+    pub fn etcd_endpoints(&self) -> Vec<String> {
+        self.ids()
+            .into_iter()
+            .map(|id| format!("{}://{}", self.mode().scheme(), self.etcd_addr(id)))
+            .collect()
+    }
+
+    fn etcd_addr(&self, id: u64) -> SocketAddr {
+        SocketAddr::from((self.ip(id), ETCD_PORT))
+    }
+
     pub fn data_dir(&self, id: u64) -> PathBuf {
         self.opts.dir.join(format!("node-{id}"))
     }
@@ -306,6 +323,12 @@ impl ProcCluster {
     fn node_args(&self, id: u64, data_dir: OsString, tls_args: Vec<OsString>) -> Vec<OsString> {
         let mut args: Vec<OsString> = vec!["node".into(), "--id".into(), id.to_string().into()];
         args.extend(["--listen".into(), self.addr(id).to_string().into()]);
+        if self.opts.etcd_port {
+            args.extend([
+                "--etcd-listen".into(),
+                self.etcd_addr(id).to_string().into(),
+            ]);
+        }
         args.extend(["--data-dir".into(), data_dir]);
         args.extend(["--initial-cluster".into(), self.initial_cluster().into()]);
         args.extend(["--cluster-secret".into(), SECRET.into()]);

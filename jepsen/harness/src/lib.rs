@@ -8,6 +8,7 @@
 
 pub mod cluster;
 pub mod docker;
+pub mod etcd_workload;
 pub mod holder;
 pub mod http;
 pub mod nemesis;

@@ -35,6 +35,7 @@ const FINAL_PROCESS_BASE: u64 = 1 << 40;
 #[derive(Debug, Clone, Copy)]
 enum WorkerKind {
     Register,
+    EtcdRegister,
     Counter,
     Lock,
 }
@@ -49,6 +50,8 @@ pub struct RunConfig {
     pub bugs: String,
     pub faults: Vec<Fault>,
     pub register_workers: u64,
+    /// Register workers through the etcd port (`crate::etcd_workload`), on the same keys.
+    pub etcd_register_workers: u64,
     pub counter_workers: u64,
     pub lock_workers: u64,
     pub watchers: u64,
@@ -77,7 +80,8 @@ impl RunConfig {
             nodes: 5,
             bugs: String::new(),
             faults: Fault::ALL.to_vec(),
-            register_workers: 5,
+            register_workers: 3,
+            etcd_register_workers: 2,
             counter_workers: 2,
             lock_workers: 6,
             watchers: 2,
@@ -106,6 +110,8 @@ pub struct RunSummary {
     pub ok: usize,
     pub fail: usize,
     pub info: usize,
+    /// `ok` completions of the etcd port's register workers (`crate::etcd_workload`).
+    pub etcd_ok: usize,
     pub faults: usize,
     /// Nemesis windows per fault name (a wipe-replace opens three).
     pub fault_kinds: std::collections::BTreeMap<String, usize>,
@@ -133,9 +139,9 @@ impl RunSummary {
     /// A few lines for a terminal.
     pub fn render(&self) -> String {
         let mut out = format!(
-            "seed {} bugs [{}]: {:.0} s, {} ops ({} ok, {} fail, {} info), {} faults, {} leader terms\n  mode: {}\n",
-            self.seed, self.bugs, self.duration_s, self.ops, self.ok, self.fail, self.info,
-            self.faults, self.leader_terms, self.mode.describe()
+            "seed {} bugs [{}]: {:.0} s, {} ops ({} ok, {} of them through the etcd port, {} fail, {} info), {} faults, {} leader terms\n  mode: {}\n",
+            self.seed, self.bugs, self.duration_s, self.ops, self.ok, self.etcd_ok, self.fail,
+            self.info, self.faults, self.leader_terms, self.mode.describe()
         );
         let kinds: Vec<String> = self
             .fault_kinds
@@ -184,6 +190,7 @@ pub async fn run(cfg: RunConfig) -> anyhow::Result<RunSummary> {
         dir: data.path().to_path_buf(),
         bugs: cfg.bugs.clone(),
         extra_args: vec![],
+        etcd_port: cfg.etcd_register_workers > 0,
         backend: cfg.backend,
         mode: cfg.mode,
         disk_faults: cfg.faults.contains(&Fault::DiskSyncFail),
@@ -222,17 +229,25 @@ pub async fn run(cfg: RunConfig) -> anyhow::Result<RunSummary> {
             plan,
         )));
     }
-    let workers_total = cfg.register_workers + cfg.counter_workers + cfg.lock_workers;
+    let workers_total =
+        cfg.register_workers + cfg.etcd_register_workers + cfg.counter_workers + cfg.lock_workers;
+    let etcd_tls = match cluster.certs() {
+        Some(certs) => Some(certs.etcd_tls()?),
+        None => None,
+    };
     let ctx = WorkerCtx {
         rec: rec.clone(),
         http: http.clone(),
         endpoints: endpoints.clone(),
+        etcd_endpoints: cluster.etcd_endpoints(),
+        etcd_tls,
         deadline,
         workers_total,
     };
     // Worker indexes run on across the kinds, so process ids and node bindings never repeat.
     let kinds = [
         (WorkerKind::Register, cfg.register_workers),
+        (WorkerKind::EtcdRegister, cfg.etcd_register_workers),
         (WorkerKind::Counter, cfg.counter_workers),
         (WorkerKind::Lock, cfg.lock_workers),
     ];
@@ -244,6 +259,9 @@ pub async fn run(cfg: RunConfig) -> anyhow::Result<RunSummary> {
             workers.push(tokio::spawn(async move {
                 match kind {
                     WorkerKind::Register => workload::register_worker(ctx, index, seed).await,
+                    WorkerKind::EtcdRegister => {
+                        crate::etcd_workload::etcd_register_worker(ctx, index, seed).await
+                    }
                     WorkerKind::Counter => workload::counter_worker(ctx, index, seed).await,
                     WorkerKind::Lock => workload::lock_worker(ctx, index, seed).await,
                 }
@@ -483,6 +501,18 @@ fn summarize(
 ) -> RunSummary {
     use turnstile_checker::history::EventType;
     let count = |k: EventType| recorded.events.iter().filter(|e| e.kind == k).count();
+    // Worker indexes run on across the kinds (register, etcd register, ...), and a worker's
+    // process ids are its index plus multiples of the worker count (`WorkerCtx`).
+    let workers_total =
+        cfg.register_workers + cfg.etcd_register_workers + cfg.counter_workers + cfg.lock_workers;
+    let etcd_workers = cfg.register_workers..cfg.register_workers + cfg.etcd_register_workers;
+    let etcd_ok = recorded
+        .events
+        .iter()
+        .filter(|e| e.kind == EventType::Ok)
+        .filter(|e| e.process < FINAL_PROCESS_BASE && workers_total > 0)
+        .filter(|e| etcd_workers.contains(&(e.process % workers_total)))
+        .count();
     let mut fault_kinds = std::collections::BTreeMap::new();
     for w in &recorded.nemesis {
         *fault_kinds.entry(w.kind.clone()).or_insert(0) += 1;
@@ -497,6 +527,7 @@ fn summarize(
         ok: count(EventType::Ok),
         fail: count(EventType::Fail),
         info: count(EventType::Info),
+        etcd_ok,
         faults,
         fault_kinds,
         leader_terms,

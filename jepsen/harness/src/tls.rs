@@ -128,6 +128,19 @@ impl RunCerts {
         certs::client_paths(&self.dir, CLIENT_USER)
     }
 
+    /// TLS of an etcd client of the cluster: only its CA trusted, `root`'s certificate shown.
+    pub fn etcd_tls(&self) -> std::io::Result<etcd_client::TlsOptions> {
+        let client = self.client();
+        Ok(etcd_client::TlsOptions::new()
+            .ca_certificate(etcd_client::Certificate::from_pem(std::fs::read(
+                self.ca_cert(),
+            )?))
+            .identity(etcd_client::Identity::from_pem(
+                std::fs::read(client.cert)?,
+                std::fs::read(client.key)?,
+            )))
+    }
+
     /// `--tls-ca/--tls-cert/--tls-key` for node `id`, its files as seen from the host.
     pub fn node_args(&self, id: u64) -> Vec<OsString> {
         let node = certs::node_paths(&self.dir, id);

@@ -22,7 +22,7 @@ use crate::recorder::Recorder;
 /// Register keys (partitions of the linearizability check; few, so each has many ops).
 pub const REGISTER_KEYS: u64 = 4;
 /// Register values are drawn from 0..this, so compare-and-set often succeeds.
-const REGISTER_VALUES: i64 = 5;
+pub(crate) const REGISTER_VALUES: i64 = 5;
 /// Locks of the lock-set workload.
 pub const LOCKS: u64 = 2;
 /// The counter every counter worker increments.
@@ -46,23 +46,27 @@ pub struct WorkerCtx {
     pub http: Http,
     /// `endpoints[i]` is node `i + 1`.
     pub endpoints: Vec<String>,
+    /// The nodes' etcd ports, in the same order (`crate::etcd_workload`).
+    pub etcd_endpoints: Vec<String>,
+    /// TLS for the etcd ports of a secure cluster.
+    pub etcd_tls: Option<etcd_client::TlsOptions>,
     pub deadline: Instant,
     /// Process ids advance by this after an `info`, so they stay unique across workers.
     pub workers_total: u64,
 }
 
 /// One worker's identity and schedule.
-struct Worker {
-    ctx: WorkerCtx,
-    process: u64,
-    node: u64,
-    rng: StdRng,
+pub(crate) struct Worker {
+    pub(crate) ctx: WorkerCtx,
+    pub(crate) process: u64,
+    pub(crate) node: u64,
+    pub(crate) rng: StdRng,
     seq: u64,
     tag: String,
 }
 
 impl Worker {
-    fn new(ctx: WorkerCtx, index: u64, seed: u64, tag: &str) -> Worker {
+    pub(crate) fn new(ctx: WorkerCtx, index: u64, seed: u64, tag: &str) -> Worker {
         let node = index % ctx.endpoints.len() as u64 + 1;
         Worker {
             rng: StdRng::seed_from_u64(seed ^ index.wrapping_mul(0x9e37_79b9_7f4a_7c15)),
@@ -74,7 +78,7 @@ impl Worker {
         }
     }
 
-    fn running(&self) -> bool {
+    pub(crate) fn running(&self) -> bool {
         Instant::now() < self.ctx.deadline && !self.ctx.rec.full()
     }
 
@@ -91,12 +95,12 @@ impl Worker {
         format!("{}-p{}-{}", self.tag, self.process, self.seq)
     }
 
-    fn invoke(&self, op: &OpValue) {
+    pub(crate) fn invoke(&self, op: &OpValue) {
         self.ctx.rec.invoke(self.process, self.node, op);
     }
 
     /// Records the completion; after `info` moves to a fresh process id.
-    fn complete(&mut self, answer: &Answer, op: OpValue) {
+    pub(crate) fn complete(&mut self, answer: &Answer, op: OpValue) {
         let error = answer.error.clone();
         self.ctx
             .rec
@@ -106,7 +110,7 @@ impl Worker {
         }
     }
 
-    async fn think(&mut self, failed: bool) {
+    pub(crate) async fn think(&mut self, failed: bool) {
         // After a failure (node down, no quorum) wait longer, so a dead node is not hammered.
         let ms = if failed {
             100 + self.rng.gen_range(0..100)

@@ -178,6 +178,7 @@ async fn containers_survive_partition_pause_and_kill() -> anyhow::Result<()> {
         dir: dir.path().to_path_buf(),
         bugs: String::new(),
         extra_args: Vec::new(),
+        etcd_port: false,
         backend: Backend::Docker,
         mode: Mode::Secure,
         disk_faults: false,

@@ -45,9 +45,16 @@ async fn correct_run(seed: u64) {
 /// Runs `cfg` (a correct server) and demands that every checker passes; returns the summary.
 async fn correct_run_of(cfg: RunConfig) -> RunSummary {
     let seed = cfg.seed;
+    let etcd_workers = cfg.etcd_register_workers;
     let s = run_one(cfg).await;
     assert_eq!(s.mode, Mode::Secure, "CI's runs are secure");
     assert!(s.too_gentle.is_none(), "run too gentle: {:?}", s.too_gentle);
+    // The etcd port's register workers took part (a worker that never connected would only
+    // leave the check vacuous for them).
+    assert!(
+        etcd_workers == 0 || s.etcd_ok > 0,
+        "seed {seed}: no etcd register operation completed"
+    );
     let not_valid: Vec<_> = s
         .results
         .iter()

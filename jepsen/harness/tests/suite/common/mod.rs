@@ -134,6 +134,7 @@ async fn start_cluster_with(
         dir: dir.path().to_path_buf(),
         bugs: bugs.to_string(),
         extra_args: Vec::new(),
+        etcd_port: false,
         backend: Backend::Netns,
         mode,
         disk_faults,
