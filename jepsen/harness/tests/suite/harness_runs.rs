@@ -190,6 +190,7 @@ async fn granting_a_due_waiter_is_caught() {
     let mut cfg = config(7, BUG_RUN_S, "grant-due-waiters");
     cfg.faults = vec![Fault::StallLeader];
     cfg.register_workers = 1;
+    cfg.etcd_register_workers = 0;
     cfg.counter_workers = 1;
     cfg.lock_workers = 10;
     cfg.quiet_ms = (300, 700);
