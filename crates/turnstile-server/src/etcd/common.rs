@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use sha2::{Digest, Sha256};
 use tonic::{Code, Status};
-use turnstile_core::ApplyError;
+use turnstile_core::{ApplyError, State};
 use turnstile_etcd_proto::etcdserverpb::ResponseHeader;
 use turnstile_etcd_proto::mvccpb::KeyValue;
 
@@ -64,9 +64,15 @@ pub fn bearer_headers(token: &str) -> Option<axum::http::HeaderMap> {
 /// etcd's response header: the cluster (a number made from Turnstile's cluster id), this
 /// member, the revision the answer reflects (the log index) and the current term.
 pub fn header(app: &App, revision: u64) -> Option<ResponseHeader> {
-    let cluster_id = app.sm.read().state.cluster_id.clone().unwrap_or_default();
+    header_in(app, &app.sm.read().state, revision)
+}
+
+/// [`header`] for a caller that already holds the state lock (`state` is what it reads):
+/// taking the lock again from the same thread could deadlock behind a waiting apply.
+pub fn header_in(app: &App, state: &State, revision: u64) -> Option<ResponseHeader> {
+    let cluster_id = state.cluster_id.as_deref().unwrap_or_default();
     Some(ResponseHeader {
-        cluster_id: cluster_number(&cluster_id),
+        cluster_id: cluster_number(cluster_id),
         member_id: app.node_id(),
         revision: signed(revision),
         raft_term: app.term(),

@@ -41,7 +41,7 @@ use crate::api::watch::leaderless_for;
 use crate::app::App;
 use crate::auth::{NodeQuota, NodeUsage};
 use crate::etcd::common::{
-    caller, header, judged_principal, signed, status, value_bytes, StreamSlot,
+    caller, header, header_in, judged_principal, signed, status, value_bytes, StreamSlot,
 };
 use crate::etcd::kv::bounds;
 use crate::key_span::KeySpan;
@@ -238,18 +238,7 @@ impl Watches {
     /// The watch `c` asks for, if it may have it.
     fn watcher(&self, c: &WatchCreateRequest) -> Result<Watcher, String> {
         let (start, end) = bounds(&c.key, &c.range_end).map_err(|s| s.message().to_string())?;
-        let span = KeySpan {
-            start,
-            end,
-            limit: 0,
-            sort: None,
-            min_mod_revision: 0,
-            max_mod_revision: 0,
-            min_create_revision: 0,
-            max_create_revision: 0,
-            keys_only: false,
-            count_only: false,
-        };
+        let span = KeySpan::bounds(start, end);
         let inner = self.app.sm.read();
         let state = &inner.state;
         if let Some(p) = &self.principal {
@@ -293,7 +282,7 @@ impl Watches {
                     if !events.is_empty() {
                         w.sent_since_tick = true;
                         out.push(WatchResponse {
-                            header: header(&app, state.applied_index),
+                            header: header_in(&app, state, state.applied_index),
                             watch_id: id,
                             events,
                             ..Default::default()
@@ -303,7 +292,7 @@ impl Watches {
                 Fill::Compacted(oldest) => {
                     compacted.push(id);
                     out.push(WatchResponse {
-                        header: header(&app, state.applied_index),
+                        header: header_in(&app, state, state.applied_index),
                         watch_id: id,
                         canceled: true,
                         compact_revision: signed(oldest),
