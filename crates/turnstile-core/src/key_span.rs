@@ -121,6 +121,22 @@ pub enum SpanError {
 }
 
 impl KeySpan {
+    /// Every key from `start` to `end`, with no limit, sort, filter or shaping.
+    pub fn bounds(start: String, end: SpanEnd) -> KeySpan {
+        KeySpan {
+            start,
+            end,
+            limit: 0,
+            sort: None,
+            min_mod_revision: 0,
+            max_mod_revision: 0,
+            min_create_revision: 0,
+            max_create_revision: 0,
+            keys_only: false,
+            count_only: false,
+        }
+    }
+
     /// The narrowest key prefix that covers every key the span can return: a principal needs
     /// read on it (`leader_ops::judge_read`). The longest prefix `p` of `start` such that no
     /// key from `start` to the span's end can leave the keys starting with `p`.

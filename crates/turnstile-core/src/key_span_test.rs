@@ -25,18 +25,7 @@ fn keys() -> crate::cow::Map<String, KeyRecord> {
 }
 
 fn span(start: &str, end: SpanEnd) -> KeySpan {
-    KeySpan {
-        start: start.into(),
-        end,
-        limit: 0,
-        sort: None,
-        min_mod_revision: 0,
-        max_mod_revision: 0,
-        min_create_revision: 0,
-        max_create_revision: 0,
-        keys_only: false,
-        count_only: false,
-    }
+    KeySpan::bounds(start.into(), end)
 }
 
 fn names(a: &SpanAnswer) -> Vec<&str> {

@@ -34,18 +34,7 @@ fn put(key: &str) -> TxnOp {
 
 fn prefix(p: &str) -> KeySpan {
     let end = String::from_utf8(prefix_end(p.as_bytes()).expect("an end")).expect("utf-8");
-    KeySpan {
-        start: p.into(),
-        end: SpanEnd::Before(end),
-        limit: 0,
-        sort: None,
-        min_mod_revision: 0,
-        max_mod_revision: 0,
-        min_create_revision: 0,
-        max_create_revision: 0,
-        keys_only: false,
-        count_only: false,
-    }
+    KeySpan::bounds(p.into(), SpanEnd::Before(end))
 }
 
 fn txn(compares: Vec<Compare>, success: Vec<TxnOp>) -> Command {

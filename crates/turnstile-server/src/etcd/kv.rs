@@ -164,7 +164,7 @@ impl Kv for KvService {
         let at = unsigned("revision", req.into_inner().revision)?;
         let probe = KeySpan {
             count_only: true,
-            ..span_of_one(String::new())
+            ..KeySpan::bounds(String::new(), SpanEnd::One)
         };
         let a = read_span(&self.app, &caller, probe).await?;
         if at > a.revision {
@@ -230,21 +230,6 @@ fn at_revision(at: u64, newest: u64) -> Result<(), Status> {
         at if at < newest => Err(Status::out_of_range(COMPACTED)),
         at if at > newest => Err(Status::out_of_range(FUTURE_REVISION)),
         _ => Ok(()),
-    }
-}
-
-fn span_of_one(start: String) -> KeySpan {
-    KeySpan {
-        start,
-        end: SpanEnd::One,
-        limit: 0,
-        sort: None,
-        min_mod_revision: 0,
-        max_mod_revision: 0,
-        min_create_revision: 0,
-        max_create_revision: 0,
-        keys_only: false,
-        count_only: false,
     }
 }
 

@@ -43,18 +43,7 @@ fn delete(state: &mut State, key: &str) {
 
 fn watcher(start: &str, end: SpanEnd, start_revision: u64) -> Watcher {
     Watcher {
-        span: KeySpan {
-            start: start.into(),
-            end,
-            limit: 0,
-            sort: None,
-            min_mod_revision: 0,
-            max_mod_revision: 0,
-            min_create_revision: 0,
-            max_create_revision: 0,
-            keys_only: false,
-            count_only: false,
-        },
+        span: KeySpan::bounds(start.into(), end),
         after: State::position_before(start_revision),
         prev_kv: false,
         no_put: false,
