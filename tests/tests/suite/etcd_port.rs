@@ -23,15 +23,31 @@ pub(crate) fn etcd_port(args: &mut turnstile_server::config::ServeArgs) {
     args.etcd_listen = Some("127.0.0.1:0".parse().expect("addr"));
 }
 
-/// Debian's `etcdctl`; `None` (the test skips, saying so) where it is not installed, except
-/// in CI, which installs it: there a missing one fails the test.
+/// Debian's `etcdctl`; `None` (the test skips, and this says so) where it is not installed,
+/// except in CI, which installs it: there a missing one fails the test.
 pub(crate) fn etcdctl_binary() -> Option<PathBuf> {
     let path = PathBuf::from("/usr/bin/etcdctl");
     assert!(
         path.exists() || std::env::var_os("CI").is_none(),
         "CI must install etcdctl (.ci/run: etcd-client)"
     );
-    path.exists().then_some(path)
+    if !path.exists() {
+        eprintln!("SKIPPED: /usr/bin/etcdctl is not installed (apt-get install etcd-client)");
+        return None;
+    }
+    Some(path)
+}
+
+/// `etcdctl` and a 3-node cluster serving the etcd port, with the nodes' etcd addresses;
+/// `None` where `etcdctl` is not installed (`etcdctl_binary`).
+pub(crate) async fn etcdctl_cluster() -> anyhow::Result<Option<(PathBuf, Cluster, Vec<SocketAddr>)>>
+{
+    let Some(binary) = etcdctl_binary() else {
+        return Ok(None);
+    };
+    let c = Cluster::start_tuned(3, etcd_port).await?;
+    let addrs = etcd_addrs(&c)?;
+    Ok(Some((binary, c, addrs)))
 }
 
 /// Runs `etcdctl` with `args` against `endpoints`, feeding it `stdin`.
@@ -133,12 +149,10 @@ pub(crate) fn etcd_addrs(c: &Cluster) -> anyhow::Result<Vec<SocketAddr>> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn etcdctl_keys_transactions_and_revisions() -> anyhow::Result<()> {
-    let Some(binary) = etcdctl_binary() else {
-        eprintln!("SKIPPED: /usr/bin/etcdctl is not installed (apt-get install etcd-client)");
+    let Some((binary, c, addrs)) = etcdctl_cluster().await? else {
         return Ok(());
     };
-    let c = Cluster::start_tuned(3, etcd_port).await?;
-    let ctl = Etcdctl::new(binary.clone(), &etcd_addrs(&c)?);
+    let ctl = Etcdctl::new(binary.clone(), &addrs);
 
     assert_eq!(ctl.ok(&["put", "app/a", "1"]).await?.trim(), "OK");
     let put = ctl.json(&["put", "app/b", "2"]).await?;
@@ -253,12 +267,10 @@ async fn etcdctl_keys_transactions_and_revisions() -> anyhow::Result<()> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn etcdctl_leases_grant_keep_alive_attach_and_revoke() -> anyhow::Result<()> {
-    let Some(binary) = etcdctl_binary() else {
-        eprintln!("SKIPPED: /usr/bin/etcdctl is not installed (apt-get install etcd-client)");
+    let Some((binary, c, addrs)) = etcdctl_cluster().await? else {
         return Ok(());
     };
-    let c = Cluster::start_tuned(3, etcd_port).await?;
-    let ctl = Etcdctl::new(binary, &etcd_addrs(&c)?);
+    let ctl = Etcdctl::new(binary, &addrs);
 
     let granted = ctl.ok(&["lease", "grant", "60"]).await?;
     // "lease 12 granted with TTL(60s)", the id in hex.
@@ -304,7 +316,6 @@ async fn etcdctl_leases_grant_keep_alive_attach_and_revoke() -> anyhow::Result<(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_secure_clusters_etcd_port_wants_a_client_certificate() -> anyhow::Result<()> {
     let Some(binary) = etcdctl_binary() else {
-        eprintln!("SKIPPED: /usr/bin/etcdctl is not installed (apt-get install etcd-client)");
         return Ok(());
     };
     let c = Cluster::start_secure_tuned(3, etcd_port).await?;

@@ -9,9 +9,8 @@
 //! Skipped, saying so, where `etcdctl` is not installed (`.ci/run` installs it).
 
 use anyhow::{ensure, Context};
-use turnstile_tests::Cluster;
 
-use super::etcd_port::{etcd_addrs, etcd_port, etcdctl_binary, Etcdctl};
+use super::etcd_port::{etcdctl_cluster, Etcdctl};
 use super::etcd_watch::Watching;
 
 /// Keys under `prefix`, in key order.
@@ -26,12 +25,9 @@ async fn keys(ctl: &Etcdctl, prefix: &str) -> anyhow::Result<Vec<String>> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn etcdctl_locks_exclude_and_a_killed_holder_hands_on_after_its_ttl() -> anyhow::Result<()> {
-    let Some(binary) = etcdctl_binary() else {
-        eprintln!("SKIPPED: /usr/bin/etcdctl is not installed (apt-get install etcd-client)");
+    let Some((binary, _cluster, addrs)) = etcdctl_cluster().await? else {
         return Ok(());
     };
-    let c = Cluster::start_tuned(3, etcd_port).await?;
-    let addrs = etcd_addrs(&c)?;
     let ctl = Etcdctl::new(binary.clone(), &addrs[2..3]);
 
     let first = Watching::start(&binary, addrs[0], &["lock", "--ttl=2", "job"])?;
@@ -86,12 +82,9 @@ async fn etcdctl_locks_exclude_and_a_killed_holder_hands_on_after_its_ttl() -> a
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn etcdctl_elect_hands_over_in_order_and_listeners_see_each_leader() -> anyhow::Result<()> {
-    let Some(binary) = etcdctl_binary() else {
-        eprintln!("SKIPPED: /usr/bin/etcdctl is not installed (apt-get install etcd-client)");
+    let Some((binary, _cluster, addrs)) = etcdctl_cluster().await? else {
         return Ok(());
     };
-    let c = Cluster::start_tuned(3, etcd_port).await?;
-    let addrs = etcd_addrs(&c)?;
     let ctl = Etcdctl::new(binary.clone(), &addrs[..1]);
 
     let alpha = Watching::start(&binary, addrs[0], &["elect", "svc", "alpha"])?;

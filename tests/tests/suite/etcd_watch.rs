@@ -17,7 +17,7 @@ use etcd_client::{EventType, PutOptions, WatchFilterType, WatchOptions, WatchStr
 use serde_json::json;
 use turnstile_tests::Cluster;
 
-use super::etcd_port::{etcd_addrs, etcd_port, etcdctl_binary, Etcdctl};
+use super::etcd_port::{etcd_port, etcdctl_cluster, Etcdctl};
 
 /// How long a watch may take to show what the test waits for.
 const WATCH_WAIT_S: u64 = 15;
@@ -116,12 +116,9 @@ impl Watching {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn etcdctl_watches_past_and_live_events() -> anyhow::Result<()> {
-    let Some(binary) = etcdctl_binary() else {
-        eprintln!("SKIPPED: /usr/bin/etcdctl is not installed (apt-get install etcd-client)");
+    let Some((binary, _cluster, addrs)) = etcdctl_cluster().await? else {
         return Ok(());
     };
-    let c = Cluster::start_tuned(3, etcd_port).await?;
-    let addrs = etcd_addrs(&c)?;
     let ctl = Etcdctl::new(binary.clone(), &addrs[..1]);
     let put = ctl.json(&["put", "app/a", "1"]).await?;
     let first = put["header"]["revision"].as_u64().context("revision")?;
