@@ -221,7 +221,7 @@ impl State {
                 compares,
                 success,
                 failure,
-            } => self.txn(index, compares, success, failure),
+            } => self.txn(index, None, compares, success, failure),
             Command::AuthPutRole { .. }
             | Command::AuthDeleteRole { .. }
             | Command::AuthPutUser { .. }
@@ -266,7 +266,15 @@ impl State {
             Command::KvPut { key, .. } if !self.keys.contains_key(key) => Some(key.as_str()),
             _ => None,
         };
-        let result = self.run(ctx, cmd, request_id, expired);
+        // A transaction's compares see the keys' leases as the principal's reads do.
+        let result = match cmd {
+            Command::Txn {
+                compares,
+                success,
+                failure,
+            } => self.txn(ctx.index, Some(principal), compares, success, failure),
+            _ => self.run(ctx, cmd, request_id, expired),
+        };
         match (&result, created_key) {
             (Ok(Outcome::LeaseGranted { lease_id, .. }), _) => {
                 self.auth.own_lease(principal, *lease_id)

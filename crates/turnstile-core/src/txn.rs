@@ -2,13 +2,15 @@
 //! one branch applied whole, in one entry.
 //!
 //! Order of work: the shape of the whole transaction is checked first ([`check_shape`]:
-//! counts, lengths, payload bytes, no key or counter written twice in a branch), for both
+//! counts, lengths, payload bytes, no key or counter written twice in a branch, no key
+//! written inside a range the branch deletes), for both
 //! branches, so a malformed transaction fails whichever branch would run. Then the compares
 //! pick the branch, and that branch is checked against the state (live leases, `KEYS_MAX`,
 //! `COUNTERS_MAX`, overflow) before its first op runs. Every op that follows cannot fail, so a
 //! branch applies all of its ops or none, with no undo. Ops run in order: a `get` after a `put`
 //! of the same key sees the new value. Puts and deletes emit the same watch events as plain
-//! `KvPut` and `KvDelete`.
+//! `KvPut` and `KvDelete`; a range delete emits one delete event per key, all at the entry's
+//! index, as etcd's do.
 //!
 //! The types here travel in log entries and request records: append-only, like `Command`.
 
@@ -40,6 +42,65 @@ pub enum Compare {
     /// The key exists with this `create_revision` (etcd's election recipe proclaims and
     /// resigns with it).
     CreateRevision { key: String, create_revision: u64 },
+    /// etcd's general compare: the key's field `of` against its operand by `order`. A key
+    /// that does not exist compares as etcd's empty key does: version and revisions 0, and
+    /// a value compare on it never holds.
+    Ordered {
+        key: String,
+        order: Order,
+        of: Operand,
+    },
+}
+
+/// How a [`Compare::Ordered`] judges the key's field against its operand (etcd's
+/// `CompareResult`): `Greater` holds when the field is greater than the operand.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Order {
+    Equal,
+    NotEqual,
+    Greater,
+    Less,
+}
+
+/// The field a [`Compare::Ordered`] reads, with the operand it is judged against. Values
+/// compare byte by byte, as etcd's do. A key's lease is 0 when it has none, and also when
+/// the principal judging it does not own it: a compare sees what the principal's reads see
+/// (`txn_as` hides other principals' lease ids), so it cannot probe for them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Operand {
+    Version(u64),
+    CreateRevision(u64),
+    ModRevision(u64),
+    Value(String),
+    Lease(u64),
+}
+
+impl Order {
+    fn holds(self, field: std::cmp::Ordering) -> bool {
+        use std::cmp::Ordering::{Equal, Greater, Less};
+        match self {
+            Order::Equal => field == Equal,
+            Order::NotEqual => field != Equal,
+            Order::Greater => field == Greater,
+            Order::Less => field == Less,
+        }
+    }
+}
+
+impl Operand {
+    /// How the field of `record` (`None`: no such key), whose lease as the judging principal
+    /// sees it is `lease` (0: none), compares with the operand; `None` when it cannot be
+    /// compared (a value of a key that does not exist).
+    fn judge(&self, record: Option<&KeyRecord>, lease: u64) -> Option<std::cmp::Ordering> {
+        let number = |field: fn(&KeyRecord) -> u64| record.map_or(0, field);
+        match self {
+            Operand::Version(v) => Some(number(|r| r.version).cmp(v)),
+            Operand::CreateRevision(c) => Some(number(|r| r.create_revision).cmp(c)),
+            Operand::ModRevision(m) => Some(number(|r| r.mod_revision).cmp(m)),
+            Operand::Value(v) => record.map(|r| r.value.as_str().cmp(v.as_str())),
+            Operand::Lease(l) => Some(lease.cmp(l)),
+        }
+    }
 }
 
 /// One operation of a branch.
@@ -65,6 +126,26 @@ pub enum TxnOp {
     /// at too many keys). Only the etcd port makes it, without a request id, so its answer is
     /// never kept in a request record.
     Range(KeySpan),
+    /// Deletes every key from `start` to `end` (etcd's `DeleteRange` with a `range_end`),
+    /// answering the deleted keys when `prev`. Bounded with the ranges: its keys count toward
+    /// `TXN_RANGE_SCAN_MAX`, and with `prev` they must fit `TXN_RANGE_ITEMS_MAX` and
+    /// `TXN_RANGE_BYTES_MAX` (refused whole otherwise: a deletion's previous keys are never
+    /// cut). No other op of its branch may write a key inside it. Only the etcd port makes it.
+    DeleteRange {
+        start: String,
+        end: SpanEnd,
+        prev: bool,
+    },
+    /// etcd's `Put` with `ignore_value` or `ignore_lease`: writes an existing key keeping its
+    /// current value (`value: None`) and, with `keep_lease`, its current lease (`lease_id`
+    /// is then unused). A key that does not exist is refused (etcd's "key not found"), before
+    /// anything is written; its result is a `Put`'s. Only the etcd port makes it.
+    PutKeeping {
+        key: String,
+        value: Option<String>,
+        lease_id: Option<u64>,
+        keep_lease: bool,
+    },
 }
 
 /// The result of one op, in the order of the branch's ops.
@@ -95,6 +176,13 @@ pub enum TxnResult {
         more: bool,
         count: u64,
     },
+    /// How many keys a `DeleteRange` deleted and, when it asked for them, the keys as they
+    /// were (in key order).
+    DeleteRange {
+        revision: u64,
+        deleted: u64,
+        prev: Vec<SpanKey>,
+    },
 }
 
 type ApplyResult = Result<Outcome, ApplyError>;
@@ -111,14 +199,20 @@ impl Compare {
             | Compare::ModRevision { key, .. }
             | Compare::Version { key, .. }
             | Compare::CreateRevision { key, .. }
-            | Compare::Value { key, .. } => Some(key),
+            | Compare::Value { key, .. }
+            | Compare::Ordered { key, .. } => Some(key),
             Compare::Fence(_) => None,
         }
     }
 
     fn payload_bytes(&self) -> usize {
         match self {
-            Compare::Value { key, value } => key.len() + value.len(),
+            Compare::Value { key, value }
+            | Compare::Ordered {
+                key,
+                of: Operand::Value(value),
+                ..
+            } => key.len() + value.len(),
             Compare::Fence(f) => f.lock.len(),
             other => other.key().map_or(0, str::len),
         }
@@ -129,27 +223,49 @@ impl TxnOp {
     /// The key or counter this op writes, if it writes one, tagged by what it is.
     fn written(&self) -> Option<(Kind, &str)> {
         match self {
-            TxnOp::Put { key, .. } | TxnOp::Delete { key } => Some((Kind::Key, key)),
+            TxnOp::Put { key, .. } | TxnOp::PutKeeping { key, .. } | TxnOp::Delete { key } => {
+                Some((Kind::Key, key))
+            }
             TxnOp::Incr { counter, .. } => Some((Kind::Counter, counter)),
-            TxnOp::Get { .. } | TxnOp::Range(_) => None,
+            TxnOp::Get { .. } | TxnOp::Range(_) | TxnOp::DeleteRange { .. } => None,
+        }
+    }
+
+    /// The span a `DeleteRange` deletes.
+    fn deleted_span(&self) -> Option<KeySpan> {
+        match self {
+            TxnOp::DeleteRange { start, end, .. } => {
+                Some(KeySpan::bounds(start.clone(), end.clone()))
+            }
+            _ => None,
         }
     }
 
     fn payload_bytes(&self) -> usize {
         match self {
             TxnOp::Put { key, value, .. } => key.len() + value.len(),
+            TxnOp::PutKeeping { key, value, .. } => {
+                key.len() + value.as_ref().map_or(0, String::len)
+            }
             TxnOp::Delete { key } | TxnOp::Get { key } => key.len(),
             TxnOp::Incr { counter, .. } => counter.len(),
-            TxnOp::Range(span) => span.start.len() + span_end_len(span),
+            TxnOp::Range(span) => span.start.len() + span_end_len(&span.end),
+            TxnOp::DeleteRange { start, end, .. } => start.len() + span_end_len(end),
         }
     }
 }
 
-fn span_end_len(span: &KeySpan) -> usize {
-    match &span.end {
+fn span_end_len(end: &SpanEnd) -> usize {
+    match end {
         SpanEnd::Before(end) => end.len(),
         SpanEnd::One | SpanEnd::All => 0,
     }
+}
+
+/// True if some key lies in both spans: the greater start lies in both.
+fn spans_overlap(a: &KeySpan, b: &KeySpan) -> bool {
+    let lo = a.start.as_str().max(b.start.as_str());
+    a.holds(lo) && b.holds(lo)
 }
 
 /// What one range inside a transaction may answer (its scan is bounded by `check_branch`).
@@ -158,6 +274,25 @@ const TXN_RANGE_BOUNDS: SpanBounds = SpanBounds {
     items_max: limits::TXN_RANGE_ITEMS_MAX,
     bytes_max: limits::TXN_RANGE_BYTES_MAX,
 };
+
+/// What a `DeleteRange` reads of the keys it deletes: all of them (`check_branch` bounded
+/// their count, and their bytes when they are answered).
+const DELETE_RANGE_BOUNDS: SpanBounds = SpanBounds {
+    scan_max: usize::MAX,
+    items_max: usize::MAX,
+    bytes_max: usize::MAX,
+};
+
+fn check_scanned(scanned: usize) -> Result<(), ApplyError> {
+    if scanned > limits::TXN_RANGE_SCAN_MAX {
+        return Err(invalid(format!(
+            "the ranges of a transaction look at most at {} keys together: \
+             narrow them (a prefix, a range end)",
+            limits::TXN_RANGE_SCAN_MAX
+        )));
+    }
+    Ok(())
+}
 
 /// Checks what does not depend on the state: counts, lengths, steps, payload bytes, and that
 /// no branch writes one key (or counter) twice. The API runs it before proposing (`400`);
@@ -176,7 +311,12 @@ pub fn check_shape(
     for c in compares {
         match c {
             Compare::Fence(f) => check_len("lock name", &f.lock, limits::LOCK_NAME_BYTES_MAX)?,
-            Compare::Value { key, value } => {
+            Compare::Value { key, value }
+            | Compare::Ordered {
+                key,
+                of: Operand::Value(value),
+                ..
+            } => {
                 check_len("key", key, limits::KEY_BYTES_MAX)?;
                 check_value(value)?;
             }
@@ -224,7 +364,7 @@ fn check_branch_shape(branch: &str, ops: &[TxnOp]) -> Result<(), ApplyError> {
     }
     let ranges = ops
         .iter()
-        .filter(|op| matches!(op, TxnOp::Range(_)))
+        .filter(|op| matches!(op, TxnOp::Range(_) | TxnOp::DeleteRange { .. }))
         .count();
     if ranges > limits::TXN_RANGES_PER_BRANCH_MAX {
         return Err(invalid(format!(
@@ -235,15 +375,21 @@ fn check_branch_shape(branch: &str, ops: &[TxnOp]) -> Result<(), ApplyError> {
     let mut written = BTreeSet::new();
     for op in ops {
         match op {
-            TxnOp::Range(span) => {
-                check_len("range start", &span.start, limits::KEY_BYTES_MAX)?;
-                if let SpanEnd::Before(end) = &span.end {
+            TxnOp::Range(KeySpan { start, end, .. }) | TxnOp::DeleteRange { start, end, .. } => {
+                check_len("range start", start, limits::KEY_BYTES_MAX)?;
+                if let SpanEnd::Before(end) = end {
                     check_len("range end", end, limits::KEY_BYTES_MAX)?;
                 }
             }
             TxnOp::Put { key, value, .. } => {
                 check_len("key", key, limits::KEY_BYTES_MAX)?;
                 check_value(value)?;
+            }
+            TxnOp::PutKeeping { key, value, .. } => {
+                check_len("key", key, limits::KEY_BYTES_MAX)?;
+                if let Some(value) = value {
+                    check_value(value)?;
+                }
             }
             TxnOp::Delete { key } | TxnOp::Get { key } => {
                 check_len("key", key, limits::KEY_BYTES_MAX)?
@@ -264,30 +410,57 @@ fn check_branch_shape(branch: &str, ops: &[TxnOp]) -> Result<(), ApplyError> {
             }
         }
     }
+    // A deleted span may hold no key another op of the branch writes, nor meet another
+    // deleted span (etcd refuses a put inside a deleted range too): each key is still written
+    // at most once, so the order of the ops cannot change what the branch does to it.
+    let deleted: Vec<KeySpan> = ops.iter().filter_map(TxnOp::deleted_span).collect();
+    for (i, span) in deleted.iter().enumerate() {
+        if let Some((_, key)) = written
+            .iter()
+            .find(|(kind, key)| *kind == Kind::Key && span.holds(key))
+        {
+            return Err(invalid(format!(
+                "{branch} writes key {key:?} inside a range it deletes"
+            )));
+        }
+        if deleted[i + 1..]
+            .iter()
+            .any(|other| spans_overlap(span, other))
+        {
+            return Err(invalid(format!("{branch} deletes overlapping ranges")));
+        }
+    }
     Ok(())
 }
 
 impl State {
-    /// Applies `Command::Txn` (see the module docs for the order of work).
+    /// Applies `Command::Txn` (see the module docs for the order of work) for `viewer`, the
+    /// principal of an authenticated command (`None`: auth is off, every lease is seen).
     pub(crate) fn txn(
         &mut self,
         index: u64,
+        viewer: Option<&str>,
         compares: &[Compare],
         success: &[TxnOp],
         failure: &[TxnOp],
     ) -> ApplyResult {
         check_shape(compares, success, failure)?;
-        let succeeded = self.compares_hold(compares);
+        let succeeded = self.compares_hold(compares, viewer);
         let ops = if succeeded { success } else { failure };
         self.check_branch(ops)?;
         let results = ops.iter().map(|op| self.run_op(index, op)).collect();
         Ok(Outcome::Txn { succeeded, results })
     }
 
-    /// True if every compare holds now (all of them: an empty list holds).
-    pub fn compares_hold(&self, compares: &[Compare]) -> bool {
+    /// True if every compare holds now (all of them: an empty list holds), as `viewer` sees
+    /// the keys' leases (`None`: all of them).
+    pub fn compares_hold(&self, compares: &[Compare], viewer: Option<&str>) -> bool {
         compares.iter().all(|c| {
             let key = c.key().and_then(|k| self.keys.get(k));
+            let lease = key
+                .and_then(|k| k.lease_id)
+                .filter(|&id| viewer.is_none_or(|p| self.auth.owns_lease(p, id)))
+                .unwrap_or(0);
             match c {
                 Compare::Absent { .. } => key.is_none(),
                 Compare::ModRevision { mod_revision, .. } => {
@@ -298,6 +471,9 @@ impl State {
                     create_revision, ..
                 } => key.is_some_and(|k| k.create_revision == *create_revision),
                 Compare::Value { value, .. } => key.is_some_and(|k| &k.value == value),
+                Compare::Ordered { order, of, .. } => {
+                    of.judge(key, lease).is_some_and(|field| order.holds(field))
+                }
                 Compare::Fence(f) => self.exclusive_token(&f.lock) == Some(f.token),
             }
         })
@@ -316,12 +492,17 @@ impl State {
                 TxnOp::Range(span) => {
                     let left = limits::TXN_RANGE_SCAN_MAX.saturating_sub(scanned);
                     scanned += key_span::count_at_most(&self.keys, span, left) + puts;
-                    if scanned > limits::TXN_RANGE_SCAN_MAX {
-                        return Err(invalid(format!(
-                            "the ranges of a transaction look at most at {} keys together: \
-                             narrow them (a prefix, a range end)",
-                            limits::TXN_RANGE_SCAN_MAX
-                        )));
+                    check_scanned(scanned)?;
+                }
+                TxnOp::DeleteRange { start, end, prev } => {
+                    // No put of the branch lands inside it (`check_branch_shape`), so the
+                    // state before the branch holds exactly the keys it will delete.
+                    let span = KeySpan::bounds(start.clone(), end.clone());
+                    let left = limits::TXN_RANGE_SCAN_MAX.saturating_sub(scanned);
+                    scanned += key_span::count_at_most(&self.keys, &span, left);
+                    check_scanned(scanned)?;
+                    if *prev {
+                        self.check_prev_fits(&span)?;
                     }
                 }
                 TxnOp::Put { key, lease_id, .. } => {
@@ -330,6 +511,25 @@ impl State {
                     }
                     new_keys += usize::from(!self.keys.contains_key(key));
                     puts += 1;
+                }
+                TxnOp::PutKeeping {
+                    key,
+                    lease_id,
+                    keep_lease,
+                    ..
+                } => {
+                    // No other op of the branch writes the key (`check_branch_shape`), so the
+                    // state before the branch says whether it exists when this op runs.
+                    if !self.keys.contains_key(key) {
+                        return Err(invalid(format!(
+                            "etcdserver: key not found: {key:?} (ignore_value and \
+                             ignore_lease keep what an existing key has)"
+                        )));
+                    }
+                    let lease_id = lease_id.filter(|_| !keep_lease);
+                    if let Some(lease_id) = lease_id.filter(|&id| !self.lease_is_live(id)) {
+                        return Err(ApplyError::LeaseNotFound { lease_id });
+                    }
                 }
                 TxnOp::Incr { counter, by } => {
                     let current = self.counters.get(counter).copied();
@@ -356,6 +556,23 @@ impl State {
         Ok(())
     }
 
+    /// Refuses a `DeleteRange` with `prev` whose deleted keys would not fit one answer
+    /// (`TXN_RANGE_ITEMS_MAX` keys, `TXN_RANGE_BYTES_MAX` bytes): etcd's client expects every
+    /// previous key, so they are refused whole rather than cut.
+    fn check_prev_fits(&self, span: &KeySpan) -> Result<(), ApplyError> {
+        let fits =
+            key_span::read_bounded(&self.keys, span, 0, TXN_RANGE_BOUNDS).is_ok_and(|a| !a.more);
+        if !fits {
+            return Err(invalid(format!(
+                "a range deleted with its previous keys holds at most {} keys and {} bytes: \
+                 narrow it, or delete without them",
+                limits::TXN_RANGE_ITEMS_MAX,
+                limits::TXN_RANGE_BYTES_MAX
+            )));
+        }
+        Ok(())
+    }
+
     /// Runs one op of a checked branch. Cannot fail (`check_branch` ruled out every failure,
     /// and each key and counter is written at most once per branch).
     fn run_op(&mut self, index: u64, op: &TxnOp) -> TxnResult {
@@ -370,6 +587,30 @@ impl State {
                 TxnResult::Put {
                     revision: index,
                     existed,
+                }
+            }
+            TxnOp::PutKeeping {
+                key,
+                value,
+                lease_id,
+                keep_lease,
+            } => {
+                // `check_branch` made sure the key exists; the fallback only keeps this total.
+                let (current_value, current_lease) = self
+                    .keys
+                    .get(key)
+                    .map(|r| (r.value.clone(), r.lease_id))
+                    .unwrap_or_default();
+                let value = value.clone().unwrap_or(current_value);
+                let lease_id = if *keep_lease {
+                    current_lease
+                } else {
+                    *lease_id
+                };
+                self.write_key(index, key, &value, lease_id);
+                TxnResult::Put {
+                    revision: index,
+                    existed: true,
                 }
             }
             TxnOp::Delete { key } => TxnResult::Delete {
@@ -395,6 +636,22 @@ impl State {
                         more: true,
                         count: 0,
                     },
+                }
+            }
+            TxnOp::DeleteRange { start, end, prev } => {
+                let span = KeySpan::bounds(start.clone(), end.clone());
+                // Bounded by `check_branch` (at most `TXN_RANGE_SCAN_MAX` keys).
+                let doomed = key_span::read_bounded(&self.keys, &span, index, DELETE_RANGE_BOUNDS)
+                    .map(|a| a.kvs)
+                    .unwrap_or_default();
+                let deleted = doomed.len() as u64;
+                for kv in &doomed {
+                    self.delete_key(index, &kv.key);
+                }
+                TxnResult::DeleteRange {
+                    revision: index,
+                    deleted,
+                    prev: if *prev { doomed } else { Vec::new() },
                 }
             }
             TxnOp::Incr { counter, by } => {
@@ -443,10 +700,28 @@ impl State {
                         return Err(ApplyError::LeaseNotFound { lease_id: id });
                     }
                 }
+                TxnOp::PutKeeping {
+                    key,
+                    lease_id,
+                    keep_lease,
+                    ..
+                } => {
+                    // A kept lease stays whoever owns it, as any write of the key may keep it
+                    // in place; a new one must be the principal's own.
+                    auth.require(principal, Kind::Key, key, Access::Write)?;
+                    let new_lease = lease_id.filter(|_| !keep_lease);
+                    if let Some(id) = new_lease.filter(|&id| !auth.owns_lease(principal, id)) {
+                        return Err(ApplyError::LeaseNotFound { lease_id: id });
+                    }
+                }
                 TxnOp::Delete { key } => auth.require(principal, Kind::Key, key, Access::Write)?,
                 TxnOp::Get { key } => auth.require(principal, Kind::Key, key, Access::Read)?,
                 TxnOp::Range(span) => {
                     auth.require(principal, Kind::Key, span.guard_prefix(), Access::Read)?
+                }
+                TxnOp::DeleteRange { start, end, .. } => {
+                    let span = KeySpan::bounds(start.clone(), end.clone());
+                    auth.require(principal, Kind::Key, span.guard_prefix(), Access::Write)?
                 }
                 TxnOp::Incr { counter, .. } => {
                     auth.require(principal, Kind::Counter, counter, Access::Write)?
@@ -458,7 +733,7 @@ impl State {
         }
         // Nothing changes between this check and the run (same entry), so this is the branch
         // that will run.
-        let ops = if self.compares_hold(compares) {
+        let ops = if self.compares_hold(compares, Some(principal)) {
             success
         } else {
             failure
@@ -504,7 +779,7 @@ impl State {
                     record: Some(record),
                     ..
                 } => record.lease_id = record.lease_id.filter(owns),
-                TxnResult::Range { kvs, .. } => {
+                TxnResult::Range { kvs, .. } | TxnResult::DeleteRange { prev: kvs, .. } => {
                     for kv in kvs {
                         kv.lease_id = kv.lease_id.filter(owns);
                     }
@@ -523,3 +798,7 @@ mod txn_test;
 #[cfg(test)]
 #[path = "txn_range_test.rs"]
 mod txn_range_test;
+
+#[cfg(test)]
+#[path = "txn_etcd_ops_test.rs"]
+mod txn_etcd_ops_test;

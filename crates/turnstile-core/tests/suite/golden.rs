@@ -8,7 +8,8 @@ use std::path::PathBuf;
 
 use turnstile_core::auth::{Access, Kind, Permission, Quotas, ROOT};
 use turnstile_core::codec;
-use turnstile_core::txn::{Compare, TxnOp};
+use turnstile_core::key_span::SpanEnd;
+use turnstile_core::txn::{Compare, Operand, Order, TxnOp};
 use turnstile_core::{Command, Condition, Envelope, Fence, LockMode, State};
 
 fn golden_dir() -> PathBuf {
@@ -321,6 +322,49 @@ fn sample_envelopes() -> Vec<(&'static str, Envelope)> {
                         key: "svc/1a".into(),
                     }],
                     failure: vec![],
+                },
+            ),
+        ),
+        (
+            "v3_txn_etcd_ops",
+            env(
+                None,
+                Command::Txn {
+                    compares: vec![
+                        Compare::Ordered {
+                            key: "cfg/a".into(),
+                            order: Order::Less,
+                            of: Operand::ModRevision(9),
+                        },
+                        Compare::Ordered {
+                            key: "cfg/b".into(),
+                            order: Order::NotEqual,
+                            of: Operand::Value("x".into()),
+                        },
+                        Compare::Ordered {
+                            key: "cfg0".into(),
+                            order: Order::Greater,
+                            of: Operand::Lease(0),
+                        },
+                    ],
+                    success: vec![
+                        TxnOp::DeleteRange {
+                            start: "cfg/".into(),
+                            end: SpanEnd::Before("cfg0".into()),
+                            prev: true,
+                        },
+                        TxnOp::PutKeeping {
+                            key: "cfg0".into(),
+                            value: None,
+                            lease_id: Some(4),
+                            keep_lease: false,
+                        },
+                    ],
+                    failure: vec![TxnOp::DeleteRange {
+                        start: "old".into(),
+                        end: SpanEnd::All,
+                        prev: false,
+                    }],
                 },
             ),
         ),

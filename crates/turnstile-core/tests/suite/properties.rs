@@ -4,7 +4,8 @@
 
 use proptest::prelude::*;
 use turnstile_core::codec;
-use turnstile_core::txn::{Compare, TxnOp};
+use turnstile_core::key_span::SpanEnd;
+use turnstile_core::txn::{Compare, Operand, Order, TxnOp};
 use turnstile_core::{Command, Condition, Envelope, Fence, LockMode, State};
 
 const NAMES: &[&str] = &["a", "b", "c"];
@@ -41,7 +42,26 @@ fn compare() -> impl Strategy<Value = Compare> {
         (name(), 1u64..4).prop_map(|(key, version)| Compare::Version { key, version }),
         (name(), name()).prop_map(|(key, value)| Compare::Value { key, value }),
         (name(), id()).prop_map(|(lock, token)| Compare::Fence(Fence { lock, token })),
+        (name(), order(), 0u64..4).prop_map(|(key, order, version)| Compare::Ordered {
+            key,
+            order,
+            of: Operand::Version(version),
+        }),
+        (name(), order(), name()).prop_map(|(key, order, value)| Compare::Ordered {
+            key,
+            order,
+            of: Operand::Value(value),
+        }),
+        (name(), order(), 0u64..4).prop_map(|(key, order, lease)| Compare::Ordered {
+            key,
+            order,
+            of: Operand::Lease(lease),
+        }),
     ]
+}
+
+fn order() -> impl Strategy<Value = Order> {
+    prop::sample::select(&[Order::Equal, Order::NotEqual, Order::Greater, Order::Less][..])
 }
 
 /// Branches often name a key twice (refused whole) and name leases that are gone.
@@ -55,6 +75,26 @@ fn txn_op() -> impl Strategy<Value = TxnOp> {
         name().prop_map(|key| TxnOp::Delete { key }),
         name().prop_map(|key| TxnOp::Get { key }),
         (name(), -5i64..5).prop_map(|(counter, by)| TxnOp::Incr { counter, by }),
+        (
+            name(),
+            prop::option::of(name()),
+            prop::option::of(id()),
+            any::<bool>()
+        )
+            .prop_map(|(key, value, lease_id, keep_lease)| TxnOp::PutKeeping {
+                key,
+                value,
+                lease_id,
+                keep_lease,
+            }),
+        // Between two names, or from one on; often over a key another op writes (refused).
+        (name(), prop::option::of(name()), any::<bool>()).prop_map(|(start, end, prev)| {
+            TxnOp::DeleteRange {
+                start,
+                end: end.map_or(SpanEnd::All, SpanEnd::Before),
+                prev,
+            }
+        }),
     ]
 }
 
