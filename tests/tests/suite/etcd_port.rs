@@ -231,21 +231,32 @@ async fn etcdctl_keys_transactions_and_revisions() -> anyhow::Result<()> {
     ensure!(err.contains("future revision"), "{err}");
 
     // What is not served fails with Unimplemented and says what it was.
-    let err = ctl.fails(&["del", "--prefix", "app/"]).await?;
-    ensure!(
-        err.contains("Unimplemented") && err.contains("DeleteRange of more than one key"),
-        "{err}"
-    );
     let err = ctl.fails(&["user", "list"]).await?;
     ensure!(
         err.contains("etcdserverpb.Auth/UserList is not supported by Turnstile's etcd port"),
         "{err}"
     );
-    let err = ctl.fails(&["put", "app/a", "--ignore-value"]).await?;
-    ensure!(
-        err.contains("Put with ignore_value is not supported"),
-        "{err}"
+
+    // `--ignore-value` and `--ignore-lease` keep what the key has; a missing key is refused.
+    assert_eq!(
+        ctl.ok(&["put", "app/a", "--ignore-value"]).await?.trim(),
+        "OK"
     );
+    assert_eq!(ctl.ok(&["get", "app/a"]).await?, "app/a\n1b\n");
+    assert_eq!(
+        ctl.ok(&["put", "app/a", "1c", "--ignore-lease"])
+            .await?
+            .trim(),
+        "OK"
+    );
+    assert_eq!(ctl.ok(&["get", "app/a"]).await?, "app/a\n1c\n");
+    let err = ctl.fails(&["put", "app/none", "--ignore-value"]).await?;
+    ensure!(err.contains("key not found"), "{err}");
+
+    // A range delete answers how many keys it removed, and removes exactly those.
+    ctl.ok(&["put", "app0", "after"]).await?;
+    assert_eq!(ctl.ok(&["del", "--prefix", "app/"]).await?.trim(), "2");
+    assert_eq!(ctl.ok(&["get", "--prefix", "app"]).await?, "app0\nafter\n");
 
     // Every member, and each node's status.
     let members = ctl.ok(&["member", "list"]).await?;
@@ -608,5 +619,164 @@ async fn keep_alive_streams_count_against_the_watches_quota() -> anyhow::Result<
     let err = second.await.expect_err("a second stream is over the quota");
     ensure!(err.to_string().contains("quota"), "{err}");
     drop((keeper, stream));
+    Ok(())
+}
+
+/// `etcd-client`'s range deletes and ordered compares: a prefix delete answers and removes
+/// exactly its keys with their previous values, a watcher hears one delete per key at one
+/// revision, STM-style `mod_revision <` compares pick the branch, a branch that writes inside
+/// a range it deletes is refused whole; compares on a key's lease, and puts that keep the
+/// value or the lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_client_crate_range_deletes_ordered_compares_and_kept_puts() -> anyhow::Result<()> {
+    use etcd_client::{
+        Compare, CompareOp, DeleteOptions, EventType, GetOptions, PutOptions, Txn, TxnOp,
+        WatchOptions,
+    };
+    let c = Cluster::start_tuned(3, etcd_port).await?;
+    let endpoints: Vec<String> = etcd_addrs(&c)?
+        .iter()
+        .map(|a| format!("http://{a}"))
+        .collect();
+    let mut client = etcd_client::Client::connect(&endpoints, None).await?;
+    for (k, v) in [
+        ("cfg/a", "1"),
+        ("cfg/b", "2"),
+        ("cfg/c", "3"),
+        ("cfg0", "next"),
+    ] {
+        client.put(k, v, None).await?;
+    }
+    let mut events = client
+        .watch("cfg/", Some(WatchOptions::new().with_prefix()))
+        .await?;
+
+    let gone = client
+        .delete(
+            "cfg/",
+            Some(DeleteOptions::new().with_prefix().with_prev_key()),
+        )
+        .await?;
+    let revision = gone.header().context("header")?.revision();
+    assert_eq!(gone.deleted(), 3);
+    let prev: Vec<(&[u8], &[u8])> = gone
+        .prev_kvs()
+        .iter()
+        .map(|kv| (kv.key(), kv.value()))
+        .collect();
+    assert_eq!(
+        prev,
+        vec![
+            (b"cfg/a".as_slice(), b"1".as_slice()),
+            (b"cfg/b".as_slice(), b"2".as_slice()),
+            (b"cfg/c".as_slice(), b"3".as_slice())
+        ]
+    );
+    let left = client
+        .get("cfg", Some(GetOptions::new().with_prefix()))
+        .await?;
+    let left: Vec<&[u8]> = left.kvs().iter().map(|kv| kv.key()).collect();
+    assert_eq!(left, vec![b"cfg0".as_slice()]);
+    let mut heard = Vec::new();
+    while heard.len() < 3 {
+        let r = tokio::time::timeout(Duration::from_secs(15), events.message())
+            .await
+            .context("no watch answer in time")??
+            .context("the watch ended")?;
+        for e in r.events() {
+            let kv = e.kv().context("kv")?;
+            ensure!(e.event_type() == EventType::Delete, "{e:?}");
+            heard.push((kv.key().to_vec(), kv.mod_revision()));
+        }
+    }
+    assert_eq!(
+        heard,
+        vec![
+            (b"cfg/a".to_vec(), revision),
+            (b"cfg/b".to_vec(), revision),
+            (b"cfg/c".to_vec(), revision)
+        ]
+    );
+
+    // STM's read check: the key is unchanged since revision `seen`.
+    let seen = client
+        .put("x", "1", None)
+        .await?
+        .header()
+        .context("header")?
+        .revision();
+    let unchanged = |rev: i64| {
+        Txn::new()
+            .when([Compare::mod_revision("x", CompareOp::Less, rev + 1)])
+            .and_then([TxnOp::put("x", "2", None)])
+            .or_else([TxnOp::get("x", None)])
+    };
+    assert!(client.txn(unchanged(seen)).await?.succeeded());
+    assert!(
+        !client.txn(unchanged(seen)).await?.succeeded(),
+        "x moved on"
+    );
+    let bigger = Txn::new().when([
+        Compare::version("x", CompareOp::Greater, 1),
+        Compare::value("x", CompareOp::NotEqual, "1"),
+        Compare::create_revision("missing", CompareOp::Less, 1),
+    ]);
+    assert!(client.txn(bigger).await?.succeeded());
+
+    // One branch may not write inside a range it deletes; nothing of it runs.
+    let both = Txn::new().and_then([
+        TxnOp::put("cfg0/x", "y", None),
+        TxnOp::delete("cfg0", Some(DeleteOptions::new().with_prefix())),
+    ]);
+    let err = client
+        .txn(both)
+        .await
+        .expect_err("a put inside a deleted range");
+    ensure!(
+        err.to_string().contains("inside a range it deletes"),
+        "{err}"
+    );
+    assert_eq!(client.get("cfg0", None).await?.kvs().len(), 1);
+
+    // Compares on a key's lease (0: none), and a put that keeps the lease while changing
+    // the value (`ignore_lease`) or keeps the value while changing the lease (`ignore_value`).
+    let lease = client.lease_grant(60, None).await?.id();
+    let other = client.lease_grant(60, None).await?.id();
+    client
+        .put("x", "leased", Some(PutOptions::new().with_lease(lease)))
+        .await?;
+    let on_lease = |op: CompareOp, id: i64| Txn::new().when([Compare::lease("x", op, id)]);
+    assert!(client
+        .txn(on_lease(CompareOp::Equal, lease))
+        .await?
+        .succeeded());
+    assert!(client
+        .txn(on_lease(CompareOp::Greater, 0))
+        .await?
+        .succeeded());
+    assert!(!client
+        .txn(on_lease(CompareOp::NotEqual, lease))
+        .await?
+        .succeeded());
+    client
+        .put(
+            "x",
+            "new value",
+            Some(PutOptions::new().with_ignore_lease()),
+        )
+        .await?;
+    let got = client.get("x", None).await?;
+    let kv = got.kvs().first().context("x")?;
+    assert_eq!((kv.value(), kv.lease()), (b"new value".as_slice(), lease));
+    client
+        .put(
+            "x",
+            "",
+            Some(PutOptions::new().with_ignore_value().with_lease(other)),
+        )
+        .await?;
+    let got = client.get("x", None).await?;
+    let kv = got.kvs().first().context("x")?;
+    assert_eq!((kv.value(), kv.lease()), (b"new value".as_slice(), other));
     Ok(())
 }

@@ -199,7 +199,8 @@ fn result_answer(r: TxnResult) -> Result<TxnResultAnswer, ApiError> {
         TxnResult::Incr { counter, value } => {
             TxnResultAnswer::Incr(TxnIncremented { counter, value })
         }
-        TxnResult::Range { .. } => {
+        // Only the etcd port makes these ops.
+        TxnResult::Range { .. } | TxnResult::DeleteRange { .. } => {
             return Err(ApiError::Internal(
                 "a range result for an HTTP transaction".into(),
             ))

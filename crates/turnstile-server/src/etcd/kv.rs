@@ -6,15 +6,19 @@
 //! A `Range` inside a `Txn` is read at apply, in the same entry (`TxnOp::Range`, bounded by
 //! `turnstile_core::limits::TXN_RANGE_*`).
 //!
-//! Not served (`Unimplemented`, listed in docs/etcd-compat.md): deleting a range of keys,
-//! nested transactions inside a `Txn`, compares other than equality (and on `lease`),
-//! `ignore_value` and `ignore_lease`. Reads at a past
-//! revision answer etcd's "compacted" error: Turnstile keeps no history.
+//! A `DeleteRange` over a range is `TxnOp::DeleteRange` (bounded with the ranges), and a
+//! compare other than equality is `Compare::Ordered`.
+//!
+//! A `Put` with `ignore_value` or `ignore_lease` is `TxnOp::PutKeeping`.
+//!
+//! Not served (`Unimplemented`, listed in docs/etcd-compat.md): nested transactions inside a
+//! `Txn`, compares over a range of keys.
+//! Reads at a past revision answer etcd's "compacted" error: Turnstile keeps no history.
 
 use std::sync::Arc;
 
 use tonic::{Request, Response, Status};
-use turnstile_core::txn::{Compare, TxnOp, TxnResult};
+use turnstile_core::txn::{Compare, Operand, Order, TxnOp, TxnResult};
 use turnstile_core::{Command, Outcome};
 use turnstile_etcd_proto::etcdserverpb::{
     compare, kv_server::Kv, range_request, request_op, response_op, CompactionRequest,
@@ -62,15 +66,16 @@ impl Kv for KvService {
         let caller = caller(&self.app, &req).await?;
         let r = req.into_inner();
         let op = put_op(&r)?;
-        if !r.prev_kv {
-            let TxnOp::Put {
+        if let (
+            false,
+            TxnOp::Put {
                 key,
                 value,
                 lease_id,
-            } = op
-            else {
-                return Err(unexpected(&op));
-            };
+            },
+        ) = (r.prev_kv, &op)
+        {
+            let (key, value, lease_id) = (key.clone(), value.clone(), *lease_id);
             let command = Command::KvPut {
                 key,
                 value,
@@ -84,10 +89,15 @@ impl Kv for KvService {
                 prev_kv: None,
             }));
         }
-        let (revision, mut results) = one_branch_txn(&self.app, &caller, get_then(op)).await?;
+        let ops = if r.prev_kv { get_then(op) } else { vec![op] };
+        let (revision, mut results) = one_branch_txn(&self.app, &caller, ops).await?;
         Ok(Response::new(PutResponse {
             header: header(&self.app, revision),
-            prev_kv: take_get(&mut results)?,
+            prev_kv: if r.prev_kv {
+                take_get(&mut results)?
+            } else {
+                None
+            },
         }))
     }
 
@@ -97,26 +107,13 @@ impl Kv for KvService {
     ) -> Result<Response<DeleteRangeResponse>, Status> {
         let caller = caller(&self.app, &req).await?;
         let r = req.into_inner();
-        let op = delete_op(&r)?;
-        let (revision, mut results) = if r.prev_kv {
-            one_branch_txn(&self.app, &caller, get_then(op)).await?
-        } else {
-            one_branch_txn(&self.app, &caller, vec![op]).await?
-        };
-        let prev_kvs = if r.prev_kv {
-            take_get(&mut results)?.into_iter().collect()
-        } else {
-            Vec::new()
-        };
-        let deleted = match results.pop() {
-            Some(TxnResult::Delete { existed, .. }) => i64::from(existed),
-            other => return Err(unexpected(&other)),
-        };
-        Ok(Response::new(DeleteRangeResponse {
-            header: header(&self.app, revision),
-            deleted,
-            prev_kvs,
-        }))
+        let (revision, mut results) = one_branch_txn(&self.app, &caller, delete_ops(&r)?).await?;
+        Ok(Response::new(delete_response(
+            &self.app,
+            revision,
+            &r,
+            &mut results,
+        )?))
     }
 
     async fn txn(&self, req: Request<TxnRequest>) -> Result<Response<TxnResponse>, Status> {
@@ -287,13 +284,27 @@ pub(crate) fn bounds(key_bytes: &[u8], range_end: &[u8]) -> Result<(String, Span
     Ok((start, end))
 }
 
-/// A put as a transaction op (its lease and value checked).
+/// A put as a transaction op (its lease and value checked): `TxnOp::PutKeeping` when it
+/// keeps the key's value or lease (etcd's `ignore_value`, `ignore_lease`, each refused as
+/// etcd refuses it when the request also carries what it ignores).
 fn put_op(r: &PutRequest) -> Result<TxnOp, Status> {
-    if r.ignore_value {
-        return Err(unsupported("Put with ignore_value"));
+    if r.ignore_value && !r.value.is_empty() {
+        return Err(Status::invalid_argument("etcdserver: value is provided"));
     }
-    if r.ignore_lease {
-        return Err(unsupported("Put with ignore_lease"));
+    if r.ignore_lease && r.lease != 0 {
+        return Err(Status::invalid_argument("etcdserver: lease is provided"));
+    }
+    if r.ignore_value || r.ignore_lease {
+        return Ok(TxnOp::PutKeeping {
+            key: key(&r.key)?,
+            value: if r.ignore_value {
+                None
+            } else {
+                Some(common::value(&r.value)?)
+            },
+            lease_id: lease(r.lease)?,
+            keep_lease: r.ignore_lease,
+        });
     }
     Ok(TxnOp::Put {
         key: key(&r.key)?,
@@ -302,20 +313,57 @@ fn put_op(r: &PutRequest) -> Result<TxnOp, Status> {
     })
 }
 
-/// A delete of one key as a transaction op.
-fn delete_op(r: &DeleteRangeRequest) -> Result<TxnOp, Status> {
-    if !r.range_end.is_empty() {
-        return Err(unsupported(
-            "DeleteRange of more than one key (a range_end or --prefix)",
-        ));
+/// A delete as a transaction op: of one key (`TxnOp::Delete`, after a `get` of it when
+/// `prev_kv`), or of a range (`TxnOp::DeleteRange`, which answers its previous keys itself).
+fn delete_ops(r: &DeleteRangeRequest) -> Result<Vec<TxnOp>, Status> {
+    if r.range_end.is_empty() {
+        let del = TxnOp::Delete { key: key(&r.key)? };
+        return Ok(if r.prev_kv { get_then(del) } else { vec![del] });
     }
-    Ok(TxnOp::Delete { key: key(&r.key)? })
+    let (start, end) = bounds(&r.key, &r.range_end)?;
+    Ok(vec![TxnOp::DeleteRange {
+        start,
+        end,
+        prev: r.prev_kv,
+    }])
+}
+
+/// The response to a delete made by [`delete_ops`], from its results (taken from the front).
+fn delete_response(
+    app: &App,
+    revision: u64,
+    r: &DeleteRangeRequest,
+    results: &mut Vec<TxnResult>,
+) -> Result<DeleteRangeResponse, Status> {
+    let one_prev = if r.range_end.is_empty() && r.prev_kv {
+        Some(take_get(results)?)
+    } else {
+        None
+    };
+    if results.is_empty() {
+        return Err(unexpected(&"no results"));
+    }
+    let (deleted, prev_kvs) = match results.remove(0) {
+        TxnResult::Delete { existed, .. } => {
+            (i64::from(existed), one_prev.flatten().into_iter().collect())
+        }
+        TxnResult::DeleteRange { deleted, prev, .. } => (
+            common::signed(deleted),
+            prev.into_iter().map(|k| key_value(k.into())).collect(),
+        ),
+        other => return Err(unexpected(&other)),
+    };
+    Ok(DeleteRangeResponse {
+        header: header(app, revision),
+        deleted,
+        prev_kvs,
+    })
 }
 
 /// `op` (a put or a delete) preceded by a `get` of its key, for its previous value.
 fn get_then(op: TxnOp) -> Vec<TxnOp> {
     match &op {
-        TxnOp::Put { key, .. } | TxnOp::Delete { key } => {
+        TxnOp::Put { key, .. } | TxnOp::PutKeeping { key, .. } | TxnOp::Delete { key } => {
             let key = key.clone();
             vec![TxnOp::Get { key }, op]
         }
@@ -343,57 +391,74 @@ fn take_get(results: &mut Vec<TxnResult>) -> Result<Option<KeyValue>, Status> {
     }
 }
 
-/// An etcd compare as Turnstile's: equality on version, create and mod revision and value,
-/// and "absent" (version, create or mod revision equal to 0).
+/// An etcd compare as Turnstile's: equality on version, create and mod revision and value as
+/// the HTTP API's compares ("absent" for version, create or mod revision 0), every other
+/// compare (other orders, and any on `lease`) as [`Compare::Ordered`]. A missing or
+/// mismatched operand is etcd's zero (0, or the empty value), as etcd reads it.
 fn compare_of(c: &turnstile_etcd_proto::etcdserverpb::Compare) -> Result<Compare, Status> {
     use compare::{CompareResult as R, CompareTarget as T, TargetUnion as U};
     if !c.range_end.is_empty() {
         return Err(unsupported("a Compare over a range of keys"));
     }
     let key = key(&c.key)?;
-    match (c.result(), c.target(), &c.target_union) {
-        (R::Equal, T::Version, Some(U::Version(0)))
-        | (R::Equal, T::Create, Some(U::CreateRevision(0)))
-        | (R::Equal, T::Mod, Some(U::ModRevision(0))) => Ok(Compare::Absent { key }),
-        (R::Equal, T::Version, Some(U::Version(v))) => Ok(Compare::Version {
-            key,
-            version: unsigned("version", *v)?,
+    let number = |what: &str| -> Result<u64, Status> {
+        let n = match (c.target(), &c.target_union) {
+            (T::Version, Some(U::Version(n)))
+            | (T::Create, Some(U::CreateRevision(n)))
+            | (T::Mod, Some(U::ModRevision(n)))
+            | (T::Lease, Some(U::Lease(n))) => *n,
+            _ => 0,
+        };
+        unsigned(what, n)
+    };
+    let of = match c.target() {
+        T::Version => Operand::Version(number("version")?),
+        T::Create => Operand::CreateRevision(number("create_revision")?),
+        T::Mod => Operand::ModRevision(number("mod_revision")?),
+        T::Value => Operand::Value(match &c.target_union {
+            Some(U::Value(v)) => common::value(v)?,
+            _ => String::new(),
         }),
-        (R::Equal, T::Mod, Some(U::ModRevision(m))) => Ok(Compare::ModRevision {
+        T::Lease => Operand::Lease(number("lease")?),
+    };
+    let order = match c.result() {
+        R::Equal => Order::Equal,
+        R::NotEqual => Order::NotEqual,
+        R::Greater => Order::Greater,
+        R::Less => Order::Less,
+    };
+    Ok(match (order, of) {
+        (Order::Equal, Operand::Version(0))
+        | (Order::Equal, Operand::CreateRevision(0))
+        | (Order::Equal, Operand::ModRevision(0)) => Compare::Absent { key },
+        (Order::Equal, Operand::Version(version)) => Compare::Version { key, version },
+        (Order::Equal, Operand::ModRevision(mod_revision)) => {
+            Compare::ModRevision { key, mod_revision }
+        }
+        (Order::Equal, Operand::CreateRevision(create_revision)) => Compare::CreateRevision {
             key,
-            mod_revision: unsigned("mod_revision", *m)?,
-        }),
-        (R::Equal, T::Create, Some(U::CreateRevision(c))) => Ok(Compare::CreateRevision {
-            key,
-            create_revision: unsigned("create_revision", *c)?,
-        }),
-        (R::Equal, T::Value, Some(U::Value(v))) => Ok(Compare::Value {
-            key,
-            value: common::value(v)?,
-        }),
-        (result, target, _) => Err(unsupported(&format!(
-            "Compare {} on {} (supported: EQUAL on VERSION, CREATE, MOD or VALUE)",
-            result.as_str_name(),
-            target.as_str_name()
-        ))),
-    }
+            create_revision,
+        },
+        (Order::Equal, Operand::Value(value)) => Compare::Value { key, value },
+        (order, of) => Compare::Ordered { key, order, of },
+    })
 }
 
 /// How one etcd op of a branch maps onto the results of Turnstile's ops.
 #[derive(Debug, Clone, Copy)]
-enum Shape {
+enum Shape<'a> {
     /// One `get` (a single key, no options).
     Range,
     /// One key span (`TxnOp::Range`).
     Span,
     /// A put, after a `get` when `prev`.
     Put { prev: bool },
-    /// A delete, after a `get` when `prev`.
-    Delete { prev: bool },
+    /// A delete (of one key or of a range).
+    Delete(&'a DeleteRangeRequest),
 }
 
 /// A branch's ops as Turnstile's, with the shape of each.
-fn branch(ops: &[RequestOp]) -> Result<(Vec<TxnOp>, Vec<Shape>), Status> {
+fn branch(ops: &[RequestOp]) -> Result<(Vec<TxnOp>, Vec<Shape<'_>>), Status> {
     let mut out = Vec::new();
     let mut shapes = Vec::new();
     for op in ops {
@@ -420,13 +485,8 @@ fn branch(ops: &[RequestOp]) -> Result<(Vec<TxnOp>, Vec<Shape>), Status> {
                 shapes.push(Shape::Put { prev: p.prev_kv });
             }
             Some(request_op::Request::RequestDeleteRange(d)) => {
-                let del = delete_op(d)?;
-                if d.prev_kv {
-                    out.extend(get_then(del));
-                } else {
-                    out.push(del);
-                }
-                shapes.push(Shape::Delete { prev: d.prev_kv });
+                out.extend(delete_ops(d)?);
+                shapes.push(Shape::Delete(d));
             }
             Some(request_op::Request::RequestTxn(_)) => {
                 return Err(unsupported("a Txn inside a Txn"));
@@ -453,7 +513,7 @@ fn is_plain_get(r: &RangeRequest) -> bool {
 fn responses(
     app: &App,
     revision: u64,
-    shapes: &[Shape],
+    shapes: &[Shape<'_>],
     results: Vec<TxnResult>,
 ) -> Result<Vec<ResponseOp>, Status> {
     let mut results = results;
@@ -498,21 +558,14 @@ fn responses(
                     prev_kv,
                 })
             }
-            Shape::Delete { prev } => {
-                let prev_kv = if prev {
-                    take_get(&mut vec![next()?])?
-                } else {
-                    None
-                };
-                let deleted = match next()? {
-                    TxnResult::Delete { existed, .. } => i64::from(existed),
-                    other => return Err(unexpected(&other)),
-                };
-                response_op::Response::ResponseDeleteRange(DeleteRangeResponse {
-                    header: header(app, revision),
-                    deleted,
-                    prev_kvs: prev_kv.into_iter().collect(),
-                })
+            Shape::Delete(d) => {
+                let mut taken = vec![next()?];
+                if d.range_end.is_empty() && d.prev_kv {
+                    taken.push(next()?);
+                }
+                response_op::Response::ResponseDeleteRange(delete_response(
+                    app, revision, d, &mut taken,
+                )?)
             }
         };
         out.push(ResponseOp {
