@@ -226,6 +226,8 @@ impl State {
             | Command::AuthDeleteRole { .. }
             | Command::AuthPutUser { .. }
             | Command::AuthDeleteUser { .. }
+            | Command::AuthChangeIf { .. }
+            | Command::AuthSetUserRoles { .. }
             | Command::AuthCreateToken { .. }
             | Command::AuthDeleteToken { .. } => Err(ApplyError::Invalid {
                 reason: "auth changes need an authenticated root".into(),

@@ -459,7 +459,9 @@ impl State {
             | Command::AuthPutUser { .. }
             | Command::AuthDeleteUser { .. }
             | Command::AuthCreateToken { .. }
-            | Command::AuthDeleteToken { .. } => {
+            | Command::AuthDeleteToken { .. }
+            | Command::AuthChangeIf { .. }
+            | Command::AuthSetUserRoles { .. } => {
                 if is_root {
                     Ok(())
                 } else {

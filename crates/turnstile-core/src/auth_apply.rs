@@ -72,6 +72,36 @@ impl State {
                 .remove(token_id)
                 .map(drop)
                 .ok_or_else(|| not_found(format!("token {token_id}"))),
+            Command::AuthSetUserRoles { user, roles } => match auth.users.get(user) {
+                Some(u) => {
+                    let quotas = u.quotas;
+                    put_user(auth, user, roles, quotas)
+                }
+                None => Err(not_found(format!("user {user}"))),
+            },
+            Command::AuthChangeIf {
+                auth_revision,
+                change,
+            } => {
+                if !matches!(
+                    **change,
+                    Command::AuthPutRole { .. }
+                        | Command::AuthDeleteRole { .. }
+                        | Command::AuthPutUser { .. }
+                        | Command::AuthDeleteUser { .. }
+                        | Command::AuthSetUserRoles { .. }
+                ) {
+                    return Some(Err(ApplyError::Invalid {
+                        reason: "a conditional auth change is a role or user put or delete".into(),
+                    }));
+                }
+                if auth.revision != *auth_revision {
+                    return Some(Err(ApplyError::CompareFailed {
+                        key: "auth_revision".into(),
+                    }));
+                }
+                return self.apply_auth_change(index, change);
+            }
             _ => return None,
         };
         Some(result.map(|()| {

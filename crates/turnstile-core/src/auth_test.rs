@@ -143,6 +143,62 @@ fn only_root_manages_auth() {
     assert!(!sm.state.auth.users.contains_key("bob"));
 }
 
+/// A change computed from an auth revision applies only at that revision: of two
+/// read-modify-writes from the same revision, the second is refused, not lost in silence.
+#[test]
+fn a_conditional_auth_change_applies_only_at_its_revision() {
+    let mut sm = Sm::tenants();
+    let seen = sm.state.auth.revision;
+    let grant = |role: &str| Command::AuthChangeIf {
+        auth_revision: seen,
+        change: Box::new(user_cmd("alice", role, Quotas::default())),
+    };
+    assert!(denied(sm.run("alice", grant("rw-b"))));
+    assert!(matches!(
+        sm.ok(ROOT, grant("rw-b")),
+        Outcome::AuthChanged { .. }
+    ));
+    assert_eq!(sm.state.auth.users["alice"].roles, vec!["rw-b".to_string()]);
+    let r = sm.run(ROOT, grant("r-a"));
+    assert!(
+        matches!(&r, Err(ApplyError::CompareFailed { key }) if key == "auth_revision"),
+        "{r:?}"
+    );
+    assert_eq!(sm.state.auth.users["alice"].roles, vec!["rw-b".to_string()]);
+    // A user's roles alone: its quotas stay.
+    let quotas = Quotas {
+        keys: Some(7),
+        ..Quotas::default()
+    };
+    sm.ok(ROOT, user_cmd("carol", "r-a", quotas));
+    let both = Command::AuthSetUserRoles {
+        user: "carol".into(),
+        roles: vec!["r-a".into(), "rw-b".into()],
+    };
+    sm.ok(ROOT, both);
+    let carol = &sm.state.auth.users["carol"];
+    assert_eq!((carol.roles.len(), carol.quotas), (2, quotas));
+    let nobody = Command::AuthSetUserRoles {
+        user: "nobody".into(),
+        roles: vec![],
+    };
+    assert!(matches!(
+        sm.run(ROOT, nobody),
+        Err(ApplyError::AuthNotFound { .. })
+    ));
+    // Only role and user changes may be conditional.
+    let token = Command::AuthChangeIf {
+        auth_revision: sm.state.auth.revision,
+        change: Box::new(Command::AuthDeleteToken {
+            token_id: "t".into(),
+        }),
+    };
+    assert!(matches!(
+        sm.run(ROOT, token),
+        Err(ApplyError::Invalid { .. })
+    ));
+}
+
 #[test]
 fn permissions_follow_prefixes_and_write_implies_read() {
     let sm = Sm::tenants();

@@ -184,6 +184,20 @@ pub enum Command {
         success: Vec<crate::txn::TxnOp>,
         failure: Vec<crate::txn::TxnOp>,
     },
+    /// `change` (a role or user put or delete, or a user's roles) only if the auth state is still at
+    /// `auth_revision`, the revision the change was computed from: the etcd port's
+    /// read-modify-write of a role's permissions or a user's roles (grant one, revoke one)
+    /// loses no concurrent change (root only; `CompareFailed` on `auth_revision` otherwise).
+    AuthChangeIf {
+        auth_revision: u64,
+        change: Box<Command>,
+    },
+    /// Replaces an existing user's roles, keeping its quotas (root only): etcd's
+    /// `UserGrantRole` and `UserRevokeRole`, inside an `AuthChangeIf`.
+    AuthSetUserRoles {
+        user: String,
+        roles: Vec<String>,
+    },
 }
 
 /// How a lock is held.
@@ -271,6 +285,8 @@ impl Command {
             Command::AuthDeleteRole { .. } => "auth_delete_role",
             Command::AuthPutUser { .. } => "auth_put_user",
             Command::AuthDeleteUser { .. } => "auth_delete_user",
+            Command::AuthChangeIf { .. } => "auth_change_if",
+            Command::AuthSetUserRoles { .. } => "auth_set_user_roles",
             Command::AuthCreateToken { .. } => "auth_create_token",
             Command::AuthDeleteToken { .. } => "auth_delete_token",
             Command::Campaign { .. } => "campaign",

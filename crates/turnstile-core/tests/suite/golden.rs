@@ -326,6 +326,30 @@ fn sample_envelopes() -> Vec<(&'static str, Envelope)> {
             ),
         ),
         (
+            "v4_auth_change_if",
+            env(
+                None,
+                Command::AuthChangeIf {
+                    auth_revision: 41,
+                    change: Box::new(Command::AuthPutUser {
+                        user: "alice".into(),
+                        roles: vec!["etcd-r".into()],
+                        quotas: Quotas::default(),
+                    }),
+                },
+            ),
+        ),
+        (
+            "v4_auth_set_user_roles",
+            env(
+                None,
+                Command::AuthSetUserRoles {
+                    user: "alice".into(),
+                    roles: vec!["etcd-r".into(), "etcd-w".into()],
+                },
+            ),
+        ),
+        (
             "v3_txn_etcd_ops",
             env(
                 None,
