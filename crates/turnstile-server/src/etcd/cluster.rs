@@ -1,22 +1,18 @@
-//! etcd's Cluster (`MemberList`), Maintenance (`Status`) and Auth (`Authenticate`,
-//! `AuthStatus`) services, answered from this node's Raft view and Turnstile's principals.
+//! etcd's Cluster (`MemberList`) and Maintenance (`Status`) services, answered from this
+//! node's Raft view; the same struct serves the Auth service (`crate::etcd::auth`).
 //!
 //! - `MemberList` is root-only, like `GET /v1/members` (etcd lets any user list members). A
 //!   member's `clientURLs` holds this node's own etcd URL; other nodes' etcd ports are not in
 //!   the membership, so theirs is empty. Membership changes go through `turnstile member`.
 //! - `Status` reports version `3.5.0` (the etcd API this port speaks), the Raft figures, and
 //!   the data directory's size on disk as `dbSize`.
-//! - `Authenticate` takes a Turnstile token as the password: `name` must be the token's user,
-//!   and the answer's token is that same token, which the client then sends as its `token`
-//!   metadata. Turnstile keeps no passwords (docs/security.md).
 
 use std::sync::Arc;
 
 use openraft::async_runtime::WatchReceiver;
 use tonic::{Request, Response, Status};
 use turnstile_etcd_proto::etcdserverpb::{
-    auth_server::Auth, cluster_server::Cluster, maintenance_server::Maintenance, AuthStatusRequest,
-    AuthStatusResponse, AuthenticateRequest, AuthenticateResponse, Member, MemberListRequest,
+    cluster_server::Cluster, maintenance_server::Maintenance, Member, MemberListRequest,
     MemberListResponse, StatusRequest, StatusResponse,
 };
 
@@ -29,7 +25,8 @@ pub const ETCD_API_VERSION: &str = "3.5.0";
 /// Files of the data directory whose sizes `Status` adds up at most (sled keeps a handful).
 const DB_FILES_MAX: usize = 1_000;
 
-/// The Cluster, Maintenance and Auth services (one struct: they share nothing but the app).
+/// The Cluster, Maintenance and Auth services (one struct: they share nothing but the app;
+/// Auth is in `crate::etcd::auth`).
 pub struct ClusterService {
     pub app: Arc<App>,
     /// This node's etcd URL, as clients reach it.
@@ -100,51 +97,6 @@ impl Maintenance for ClusterService {
             storage_version: String::new(),
             db_size_quota: 0,
             downgrade_info: None,
-        }))
-    }
-}
-
-#[tonic::async_trait]
-impl Auth for ClusterService {
-    async fn auth_status(
-        &self,
-        req: Request<AuthStatusRequest>,
-    ) -> Result<Response<AuthStatusResponse>, Status> {
-        let _caller: Caller = caller(&self.app, &req).await?;
-        let revision = self.app.sm.read().state.applied_index;
-        Ok(Response::new(AuthStatusResponse {
-            header: header(&self.app, revision),
-            enabled: self.app.auth_on(),
-            auth_revision: 0,
-        }))
-    }
-
-    async fn authenticate(
-        &self,
-        req: Request<AuthenticateRequest>,
-    ) -> Result<Response<AuthenticateResponse>, Status> {
-        let r = req.into_inner();
-        let failed = || {
-            Status::invalid_argument(
-                "etcdserver: authentication failed, invalid user ID or password",
-            )
-        };
-        if !self.app.auth_on() {
-            return Err(Status::failed_precondition(
-                "etcdserver: authentication is not enabled (this cluster runs without TLS)",
-            ));
-        }
-        let headers = crate::etcd::common::bearer_headers(&r.password).ok_or_else(failed)?;
-        let caller = crate::auth::authenticate(&self.app, &headers, &Default::default())
-            .await
-            .map_err(|_| failed())?;
-        if caller.principal() != Some(r.name.as_str()) {
-            return Err(failed());
-        }
-        let revision = self.app.sm.read().state.applied_index;
-        Ok(Response::new(AuthenticateResponse {
-            header: header(&self.app, revision),
-            token: r.password,
         }))
     }
 }

@@ -22,6 +22,7 @@
 //! and a node-wide count each (`lease::KEEPALIVE_STREAMS_PER_NODE_MAX`,
 //! `watch::WATCH_STREAMS_PER_NODE_MAX`).
 
+pub mod auth;
 pub mod cluster;
 pub mod common;
 pub mod election;
