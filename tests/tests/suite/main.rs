@@ -4,6 +4,7 @@
 mod auth;
 mod backup_restore;
 mod bad_input;
+mod client;
 mod container_image;
 mod dashboard;
 mod elections;

@@ -2,7 +2,7 @@
 //! release, acquire-many, shared holders, and a watch that resumes on another node, without
 //! gaps or repeats, when the node it streams from stops.
 
-use crate::common;
+use super::common;
 
 use std::time::Duration;
 

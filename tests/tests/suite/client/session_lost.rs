@@ -2,7 +2,7 @@
 //! does not fire `lost`; a client cut off from the cluster (a proxy that stops forwarding)
 //! fires `lost` by its local deadline, before the cluster expires the lease.
 
-use crate::common;
+use super::common;
 
 use std::time::{Duration, Instant};
 

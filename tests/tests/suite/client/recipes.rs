@@ -3,7 +3,7 @@
 //! the end of its lease); an acquire-many guard holds its set under one token and releases
 //! it as one.
 
-use crate::common;
+use super::common;
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! refusals, keys with conditions and fences, counters, and retries that reuse the request id
 //! so a retried acquire (or increment) acts once.
 
-use crate::common;
+use super::common;
 
 use std::time::Duration;
 
