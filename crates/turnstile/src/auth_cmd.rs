@@ -83,7 +83,7 @@ pub enum TokenCmd {
 }
 
 /// Parses `kind:prefix:access`; the prefix may itself hold `:`.
-fn parse_permission(s: &str) -> Result<Permission, String> {
+pub fn parse_permission(s: &str) -> Result<Permission, String> {
     let usage = || format!("{s:?}: want KIND:PREFIX:ACCESS, like lock:jobs/:write");
     let (kind, rest) = s.split_once(':').ok_or_else(usage)?;
     let (prefix, access) = rest.rsplit_once(':').ok_or_else(usage)?;
@@ -106,7 +106,7 @@ fn parse_permission(s: &str) -> Result<Permission, String> {
 }
 
 /// Parses `name=N` for a known quota name.
-fn parse_quota(s: &str) -> Result<(String, u64), String> {
+pub fn parse_quota(s: &str) -> Result<(String, u64), String> {
     let (name, n) = s
         .split_once('=')
         .ok_or_else(|| format!("{s:?}: want NAME=N, like leases=100"))?;
@@ -277,7 +277,7 @@ fn written(args: &ClientArgs, w: &turnstile_client::Written, what: &str) -> anyh
     Ok(())
 }
 
-fn show_perm(p: &Permission) -> String {
+pub fn show_perm(p: &Permission) -> String {
     let kind = match p.kind {
         PermissionKind::Lock => "lock",
         PermissionKind::Key => "key",
@@ -300,33 +300,5 @@ fn show_quotas(q: &Quotas) -> String {
         String::new()
     } else {
         format!(", quotas {}", set.join(" "))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn permissions_parse_and_refuse() {
-        let p = parse_permission("key:cfg:a/:read").unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(
-            (p.kind, p.prefix.as_str(), p.access),
-            (PermissionKind::Key, "cfg:a/", Access::Read)
-        );
-        assert_eq!(show_perm(&p), "key:cfg:a/:read");
-        let empty_prefix = parse_permission("lock::write").map(|p| p.prefix);
-        assert_eq!(empty_prefix, Ok(String::new()));
-        for bad in ["lock", "lock:p/", "door:p/:write", "lock:p/:admin"] {
-            assert!(parse_permission(bad).is_err(), "{bad}");
-        }
-    }
-
-    #[test]
-    fn quotas_parse_and_refuse() {
-        assert_eq!(parse_quota("leases=10"), Ok(("leases".into(), 10)));
-        for bad in ["leases", "bananas=1", "keys=-1", "keys=x"] {
-            assert!(parse_quota(bad).is_err(), "{bad}");
-        }
     }
 }

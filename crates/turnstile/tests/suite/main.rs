@@ -1,4 +1,4 @@
-//! The CLI against real `turnstile` processes (lock, elect, operations, the fsync check under
+//! The CLI's parsing, and the CLI against real `turnstile` processes (lock, elect, operations, the fsync check under
 //! strace, a full disk on a tmpfs, damaged bytes in a snapshot or the log, a log torn by a
 //! crash, a data dir from an earlier release, the README binary's lack of test hooks), the
 //! docs' console examples against a `turnstile dev` cluster, and their `sh` examples on
@@ -10,6 +10,7 @@ mod cli_client;
 mod cli_elect;
 mod cli_lock;
 mod cli_ops;
+mod cli_parse;
 mod cli_ranges;
 mod disk_corrupt;
 mod disk_full;
