@@ -64,7 +64,7 @@ impl State {
             outcome,
         };
         let Some(request_id) = env.request_id.as_deref() else {
-            return respond(self.run(ctx, &env.command, None, expired));
+            return respond(self.run(ctx, &env.command, None, expired, None));
         };
         let sha = command_sha256(&env.command);
         if let Some(record) = self.requests.get(request_id) {
@@ -92,17 +92,21 @@ impl State {
                 limit: "request_records_max".into(),
             }));
         }
-        let response = respond(self.run(ctx, &env.command, Some(request_id), expired));
+        let response = respond(self.run(ctx, &env.command, Some(request_id), expired, None));
         self.record_request(request_id, sha, &env.command, &response);
         response
     }
 
+    /// Runs `cmd` for `viewer`, the principal of an authenticated command (`None`: auth is
+    /// off or not yet judged; a transaction's compares then see every key's lease, and with a
+    /// principal they see the leases as its reads do).
     fn run(
         &mut self,
         ctx: &mut Ctx<'_>,
         cmd: &Command,
         request_id: Option<&str>,
         expired: Vec<u64>,
+        viewer: Option<&str>,
     ) -> ApplyResult {
         let index = ctx.index;
         match cmd {
@@ -221,7 +225,7 @@ impl State {
                 compares,
                 success,
                 failure,
-            } => self.txn(index, None, compares, success, failure),
+            } => self.txn(index, viewer, compares, success, failure),
             Command::AuthPutRole { .. }
             | Command::AuthDeleteRole { .. }
             | Command::AuthPutUser { .. }
@@ -268,15 +272,7 @@ impl State {
             Command::KvPut { key, .. } if !self.keys.contains_key(key) => Some(key.as_str()),
             _ => None,
         };
-        // A transaction's compares see the keys' leases as the principal's reads do.
-        let result = match cmd {
-            Command::Txn {
-                compares,
-                success,
-                failure,
-            } => self.txn(ctx.index, Some(principal), compares, success, failure),
-            _ => self.run(ctx, cmd, request_id, expired),
-        };
+        let result = self.run(ctx, cmd, request_id, expired, Some(principal));
         match (&result, created_key) {
             (Ok(Outcome::LeaseGranted { lease_id, .. }), _) => {
                 self.auth.own_lease(principal, *lease_id)

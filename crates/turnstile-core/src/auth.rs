@@ -73,6 +73,13 @@ impl Kind {
             Kind::Counter => "counter",
         }
     }
+
+    /// The kind [`Kind::as_str`] names, if `s` names one.
+    pub fn parse(s: &str) -> Option<Kind> {
+        [Kind::Lock, Kind::Key, Kind::Counter]
+            .into_iter()
+            .find(|k| k.as_str() == s)
+    }
 }
 
 /// `Write` implies `Read`.
@@ -88,6 +95,13 @@ impl Access {
             Access::Read => "read",
             Access::Write => "write",
         }
+    }
+
+    /// The access [`Access::as_str`] names, if `s` names one.
+    pub fn parse(s: &str) -> Option<Access> {
+        [Access::Read, Access::Write]
+            .into_iter()
+            .find(|a| a.as_str() == s)
     }
 }
 

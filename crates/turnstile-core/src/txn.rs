@@ -796,6 +796,10 @@ impl State {
 mod txn_test;
 
 #[cfg(test)]
+#[path = "txn_test_support.rs"]
+mod txn_test_support;
+
+#[cfg(test)]
 #[path = "txn_range_test.rs"]
 mod txn_range_test;
 

@@ -4,27 +4,14 @@
 //! (`Compare::Ordered`, a key's lease as the judging principal sees it), and a put that keeps
 //! the key's value or lease (`TxnOp::PutKeeping`).
 
-use crate::auth::{Access, Kind, Permission, Quotas, ROOT};
-use crate::command::{Command, Envelope};
-use crate::key_span::{prefix_end, SpanEnd};
+use super::txn_test_support::{apply, as_, bob_with_keys, prefix_end_of, txn};
+use crate::auth::{Access, ROOT};
+use crate::command::Command;
+use crate::key_span::SpanEnd;
 use crate::limits;
 use crate::response::{ApplyError, Outcome, Response};
 use crate::state::{KeyRecord, State};
 use crate::txn::{Compare, Operand, Order, TxnOp, TxnResult};
-
-fn apply(state: &mut State, command: Command) -> Response {
-    let index = state.applied_index + 1;
-    let env = Envelope {
-        now_ms: 1_000,
-        request_id: None,
-        command,
-    };
-    let r = state.apply(index, 1, &env);
-    state
-        .check_invariants()
-        .unwrap_or_else(|e| panic!("after {env:?}: {e}"));
-    r
-}
 
 fn put(key: &str, value: &str) -> TxnOp {
     TxnOp::Put {
@@ -34,19 +21,10 @@ fn put(key: &str, value: &str) -> TxnOp {
     }
 }
 
-fn txn(compares: Vec<Compare>, success: Vec<TxnOp>) -> Command {
-    Command::Txn {
-        compares,
-        success,
-        failure: vec![],
-    }
-}
-
 fn delete_prefix(p: &str, prev: bool) -> TxnOp {
-    let end = String::from_utf8(prefix_end(p.as_bytes()).expect("an end")).expect("utf-8");
     TxnOp::DeleteRange {
         start: p.into(),
-        end: SpanEnd::Before(end),
+        end: prefix_end_of(p),
         prev,
     }
 }
@@ -196,39 +174,13 @@ fn range_deletes_are_bounded_before_the_branch_runs() {
 #[test]
 fn a_range_delete_needs_write_on_its_covering_prefix() {
     let mut s = State::default();
-    let as_ = |principal: &str, command: Command| Command::As {
-        principal: principal.into(),
-        token_id: None,
-        command: Box::new(command),
-    };
-    let setup = [
-        Command::AuthPutRole {
-            role: "r".into(),
-            permissions: vec![
-                Permission {
-                    kind: Kind::Key,
-                    prefix: "mine/".into(),
-                    access: Access::Write,
-                },
-                Permission {
-                    kind: Kind::Key,
-                    prefix: "shared/".into(),
-                    access: Access::Read,
-                },
-            ],
-            metrics: false,
-        },
-        Command::AuthPutUser {
-            user: "bob".into(),
-            roles: vec!["r".into()],
-            quotas: Quotas::default(),
-        },
-        txn(vec![], vec![put("shared/a", "1"), put("mine/a", "2")]),
-    ];
-    for c in setup {
-        let r = apply(&mut s, as_(ROOT, c));
-        assert!(r.outcome.is_ok(), "{r:?}");
-    }
+    bob_with_keys(
+        &mut s,
+        &[("mine/", Access::Write), ("shared/", Access::Read)],
+    );
+    let seed = txn(vec![], vec![put("shared/a", "1"), put("mine/a", "2")]);
+    let r = apply(&mut s, as_(ROOT, seed));
+    assert!(r.outcome.is_ok(), "{r:?}");
     let r = apply(
         &mut s,
         as_("bob", txn(vec![], vec![delete_prefix("shared/", false)])),
@@ -300,14 +252,6 @@ fn ordered_compares_judge_as_etcd_does() {
     }
 }
 
-fn as_(principal: &str, command: Command) -> Command {
-    Command::As {
-        principal: principal.into(),
-        token_id: None,
-        command: Box::new(command),
-    }
-}
-
 fn granted(r: &Response) -> u64 {
     match &r.outcome {
         Ok(Outcome::LeaseGranted { lease_id, .. }) => *lease_id,
@@ -329,26 +273,7 @@ fn lease_is(order: Order, lease: u64) -> Command {
 #[test]
 fn a_lease_compare_sees_the_lease_as_the_principals_reads_do() {
     let mut s = State::default();
-    let setup = [
-        Command::AuthPutRole {
-            role: "r".into(),
-            permissions: vec![Permission {
-                kind: Kind::Key,
-                prefix: "shared/".into(),
-                access: Access::Read,
-            }],
-            metrics: false,
-        },
-        Command::AuthPutUser {
-            user: "bob".into(),
-            roles: vec!["r".into()],
-            quotas: Quotas::default(),
-        },
-    ];
-    for c in setup {
-        let r = apply(&mut s, as_(ROOT, c));
-        assert!(r.outcome.is_ok(), "{r:?}");
-    }
+    bob_with_keys(&mut s, &[("shared/", Access::Read)]);
     let lease = granted(&apply(
         &mut s,
         as_(ROOT, Command::LeaseGrant { ttl_ms: 60_000 }),

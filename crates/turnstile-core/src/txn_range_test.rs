@@ -2,46 +2,19 @@
 //! the branch's earlier ops left the keys, bounded before the branch runs, and judged on the
 //! span's covering prefix.
 
-use crate::auth::{Access, Kind, Permission, Quotas, ROOT};
-use crate::command::{Command, Envelope};
-use crate::key_span::{prefix_end, KeySpan, SortBy, SpanEnd};
+use super::txn_test_support::{apply, as_, bob_with_keys, prefix, txn};
+use crate::auth::Access;
+use crate::key_span::{KeySpan, SortBy};
 use crate::limits;
 use crate::response::{ApplyError, Outcome, Response};
 use crate::state::State;
 use crate::txn::{Compare, TxnOp, TxnResult};
-
-fn apply(state: &mut State, command: Command) -> Response {
-    let index = state.applied_index + 1;
-    let env = Envelope {
-        now_ms: 1_000,
-        request_id: None,
-        command,
-    };
-    let r = state.apply(index, 1, &env);
-    state
-        .check_invariants()
-        .unwrap_or_else(|e| panic!("after {env:?}: {e}"));
-    r
-}
 
 fn put(key: &str) -> TxnOp {
     TxnOp::Put {
         key: key.into(),
         value: "v".into(),
         lease_id: None,
-    }
-}
-
-fn prefix(p: &str) -> KeySpan {
-    let end = String::from_utf8(prefix_end(p.as_bytes()).expect("an end")).expect("utf-8");
-    KeySpan::bounds(p.into(), SpanEnd::Before(end))
-}
-
-fn txn(compares: Vec<Compare>, success: Vec<TxnOp>) -> Command {
-    Command::Txn {
-        compares,
-        success,
-        failure: vec![],
     }
 }
 
@@ -150,31 +123,7 @@ fn ranges_are_bounded_before_the_branch_runs() {
 #[test]
 fn a_range_needs_read_on_its_covering_prefix() {
     let mut s = State::default();
-    let as_ = |principal: &str, command: Command| Command::As {
-        principal: principal.into(),
-        token_id: None,
-        command: Box::new(command),
-    };
-    let setup = [
-        Command::AuthPutRole {
-            role: "r".into(),
-            permissions: vec![Permission {
-                kind: Kind::Key,
-                prefix: "shared/".into(),
-                access: Access::Read,
-            }],
-            metrics: false,
-        },
-        Command::AuthPutUser {
-            user: "bob".into(),
-            roles: vec!["r".into()],
-            quotas: Quotas::default(),
-        },
-    ];
-    for c in setup {
-        let r = apply(&mut s, as_(ROOT, c));
-        assert!(r.outcome.is_ok(), "{r:?}");
-    }
+    bob_with_keys(&mut s, &[("shared/", Access::Read)]);
     let read = |span: KeySpan| as_("bob", txn(vec![], vec![TxnOp::Range(span)]));
     let r = apply(&mut s, read(prefix("shared/x/")));
     assert!(r.outcome.is_ok(), "{r:?}");

@@ -72,6 +72,27 @@ impl Etcdctl {
         }
     }
 
+    /// On a TLS cluster whose certificates are in `dir`: root, by its client certificate.
+    pub(crate) fn signed_in_as_root(mut self, dir: &Path) -> Etcdctl {
+        let root = certs::client_paths(dir, turnstile_tests::ROOT_USER);
+        self.tls = vec![
+            format!("--cacert={}", certs::ca_paths(dir).cert.display()),
+            format!("--cert={}", root.cert.display()),
+            format!("--key={}", root.key.display()),
+        ];
+        self
+    }
+
+    /// On a TLS cluster whose certificates are in `dir`: `user`, with a Turnstile token as
+    /// its password (etcdctl's `--user`).
+    pub(crate) fn signed_in_as(mut self, dir: &Path, user: &str, token: &str) -> Etcdctl {
+        self.tls = vec![
+            format!("--cacert={}", certs::ca_paths(dir).cert.display()),
+            format!("--user={user}:{token}"),
+        ];
+        self
+    }
+
     async fn run_with(&self, args: &[&str], stdin: Option<&str>) -> anyhow::Result<Output> {
         use tokio::io::AsyncWriteExt;
         let mut cmd = tokio::process::Command::new(&self.binary);
@@ -335,14 +356,8 @@ async fn a_secure_clusters_etcd_port_wants_a_client_certificate() -> anyhow::Res
     let c = Cluster::start_secure_tuned(3, etcd_port).await?;
     let dir: &Path = &c.certs_dir().context("certs")?;
     let ca = certs::ca_paths(dir).cert;
-    let root = certs::client_paths(dir, turnstile_tests::ROOT_USER);
     let addrs = etcd_addrs(&c)?;
-    let mut ctl = Etcdctl::new(binary.clone(), &addrs);
-    ctl.tls = vec![
-        format!("--cacert={}", ca.display()),
-        format!("--cert={}", root.cert.display()),
-        format!("--key={}", root.key.display()),
-    ];
+    let ctl = Etcdctl::new(binary.clone(), &addrs).signed_in_as_root(dir);
     assert_eq!(ctl.ok(&["put", "k", "v"]).await?.trim(), "OK");
     assert_eq!(ctl.ok(&["get", "k"]).await?, "k\nv\n");
     assert_eq!(ctl.ok(&["member", "list"]).await?.lines().count(), 3);
@@ -357,20 +372,12 @@ async fn a_secure_clusters_etcd_port_wants_a_client_certificate() -> anyhow::Res
     )
     .await?;
     let (_, token) = crate::auth::make_token(&c, "alice").await?;
-    let mut alice = Etcdctl::new(binary.clone(), &addrs);
-    alice.tls = vec![
-        format!("--cacert={}", ca.display()),
-        format!("--user=alice:{token}"),
-    ];
+    let alice = Etcdctl::new(binary.clone(), &addrs).signed_in_as(dir, "alice", &token);
     assert_eq!(alice.ok(&["put", "a-k", "v"]).await?.trim(), "OK");
     assert_eq!(alice.ok(&["get", "a-k"]).await?, "a-k\nv\n");
     let err = alice.fails(&["put", "b-k", "v"]).await?;
     ensure!(err.contains("PermissionDenied"), "{err}");
-    let mut wrong = Etcdctl::new(binary.clone(), &addrs);
-    wrong.tls = vec![
-        format!("--cacert={}", ca.display()),
-        format!("--user=root:{token}"),
-    ];
+    let wrong = Etcdctl::new(binary.clone(), &addrs).signed_in_as(dir, "root", &token);
     let err = wrong.fails(&["get", "a-k"]).await?;
     ensure!(err.contains("authentication failed"), "{err}");
 
@@ -396,18 +403,9 @@ async fn etcdctl_manages_users_and_roles_on_turnstiles_principals() -> anyhow::R
     };
     let c = Cluster::start_secure_tuned(3, etcd_port).await?;
     let dir: &Path = &c.certs_dir().context("certs")?;
-    let ca = certs::ca_paths(dir).cert;
-    let root = certs::client_paths(dir, turnstile_tests::ROOT_USER);
     let addrs = etcd_addrs(&c)?;
-    let as_root = |node: usize| {
-        let mut ctl = Etcdctl::new(binary.clone(), &addrs[node..=node]);
-        ctl.tls = vec![
-            format!("--cacert={}", ca.display()),
-            format!("--cert={}", root.cert.display()),
-            format!("--key={}", root.key.display()),
-        ];
-        ctl
-    };
+    let as_root =
+        |node: usize| Etcdctl::new(binary.clone(), &addrs[node..=node]).signed_in_as_root(dir);
     let (ctl, other) = (as_root(0), as_root(1));
 
     ensure!(ctl
@@ -486,11 +484,7 @@ async fn etcdctl_manages_users_and_roles_on_turnstiles_principals() -> anyhow::R
     ensure!(ctl.ok(&["user", "list"]).await?.contains("alice"));
     ensure!(ctl.ok(&["role", "list"]).await?.contains("app"));
     let (_, token) = crate::auth::make_token(&c, "alice").await?;
-    let mut alice = Etcdctl::new(binary.clone(), &addrs);
-    alice.tls = vec![
-        format!("--cacert={}", ca.display()),
-        format!("--user=alice:{token}"),
-    ];
+    let alice = Etcdctl::new(binary.clone(), &addrs).signed_in_as(dir, "alice", &token);
     assert_eq!(alice.ok(&["put", "app/x", "v"]).await?.trim(), "OK");
     let err = alice.fails(&["put", "cfg/x", "v"]).await?;
     ensure!(err.contains("PermissionDenied"), "read only: {err}");

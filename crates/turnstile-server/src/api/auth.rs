@@ -62,25 +62,12 @@ pub struct RoleBody {
 }
 
 fn permission(p: PermissionBody) -> Result<Permission, ApiError> {
-    let kind = match p.kind.as_str() {
-        "lock" => Kind::Lock,
-        "key" => Kind::Key,
-        "counter" => Kind::Counter,
-        other => {
-            return Err(ApiError::BadRequest(format!(
-                "kind {other:?}: expected lock, key or counter"
-            )))
-        }
-    };
-    let access = match p.access.as_str() {
-        "read" => Access::Read,
-        "write" => Access::Write,
-        other => {
-            return Err(ApiError::BadRequest(format!(
-                "access {other:?}: expected read or write"
-            )))
-        }
-    };
+    let kind = Kind::parse(&p.kind).ok_or_else(|| {
+        ApiError::BadRequest(format!("kind {:?}: expected lock, key or counter", p.kind))
+    })?;
+    let access = Access::parse(&p.access).ok_or_else(|| {
+        ApiError::BadRequest(format!("access {:?}: expected read or write", p.access))
+    })?;
     if p.prefix.len() > turnstile_core::auth::PREFIX_BYTES_MAX
         || p.prefix.chars().any(char::is_control)
     {

@@ -132,23 +132,13 @@ fn role_of<'a>(v: &'a AuthView, name: &str) -> Option<&'a RoleView> {
 fn permissions_of(role: &RoleView) -> Result<Vec<Permission>, Status> {
     role.permissions
         .iter()
-        .map(|p| {
-            let kind = match p.kind.as_str() {
-                "lock" => Kind::Lock,
-                "key" => Kind::Key,
-                "counter" => Kind::Counter,
-                other => return Err(unexpected(&other)),
-            };
-            let access = match p.access.as_str() {
-                "read" => Access::Read,
-                "write" => Access::Write,
-                other => return Err(unexpected(&other)),
-            };
-            Ok(Permission {
+        .map(|p| match (Kind::parse(&p.kind), Access::parse(&p.access)) {
+            (Some(kind), Some(access)) => Ok(Permission {
                 kind,
                 prefix: p.prefix.clone(),
                 access,
-            })
+            }),
+            _ => Err(unexpected(p)),
         })
         .collect()
 }
