@@ -91,6 +91,9 @@ impl ProcCluster {
 
     /// Waits until every live node has been seen at one applied index, with the same state
     /// digest there; returns `(node, index, digest)` for each at the highest such index.
+    /// Fails at once when two nodes were seen at one index with different digests: replicas
+    /// that applied the same entries encode to the same bytes, so that index can never agree
+    /// (a bug-injection run that loses entries ends here instead of in a 30-s timeout).
     ///
     /// Not "all at the same index at one moment": a cluster keeps applying entries after the
     /// load ends (a `Tick` while request records wait out their retry window), and one round
@@ -100,32 +103,86 @@ impl ProcCluster {
     /// is kept, so nodes polled at one index at different moments count.
     pub async fn converged(&self) -> anyhow::Result<Vec<(u64, u64, String)>> {
         let seen: RefCell<BTreeMap<u64, BTreeMap<u64, String>>> = RefCell::default();
-        wait_for("all nodes to converge", || async {
+        let outcome = wait_for("all nodes to converge", || async {
             let live = self.live();
             for &id in &live {
                 if let Ok(s) = self.status(id).await {
                     if let (Some(index), Some(digest)) =
                         (s["applied_index"].as_u64(), s["state_digest"].as_str())
                     {
-                        seen.borrow_mut()
-                            .entry(id)
-                            .or_default()
-                            .insert(index, digest.to_string());
+                        // An empty digest is the node's own failure to hash, not a state.
+                        if !digest.is_empty() {
+                            seen.borrow_mut()
+                                .entry(id)
+                                .or_default()
+                                .insert(index, digest.to_string());
+                        }
                     }
                 }
             }
-            agreed_at_common_index(&live, &seen.borrow())
+            match convergence(&live, &seen.borrow()) {
+                Convergence::NotYet => None,
+                Convergence::Agreed(found) => Some(Ok(found)),
+                Convergence::Diverged(why) => Some(Err(why)),
+            }
         })
-        .await
-        .with_context(|| {
+        .await;
+        let newest = || -> String {
             let newest: Vec<_> = seen
                 .borrow()
                 .iter()
                 .map(|(id, m)| (*id, m.keys().next_back().copied()))
                 .collect();
             format!("newest applied index seen per node: {newest:?}")
-        })
+        };
+        match outcome.with_context(newest)? {
+            Ok(found) => Ok(found),
+            Err(why) => bail!("{why}; {}", newest()),
+        }
     }
+}
+
+/// What the polls so far say about the live nodes' states.
+#[derive(Debug, PartialEq, Eq)]
+enum Convergence {
+    /// Every live node was seen at one index with one digest: `(node, index, digest)` per
+    /// node, at the highest such index.
+    Agreed(Vec<(u64, u64, String)>),
+    /// Two nodes were seen at one index with different digests: they never will agree there.
+    Diverged(String),
+    NotYet,
+}
+
+fn convergence(live: &[u64], seen: &BTreeMap<u64, BTreeMap<u64, String>>) -> Convergence {
+    if let Some(why) = diverged(seen) {
+        return Convergence::Diverged(why);
+    }
+    match agreed_at_common_index(live, seen) {
+        Some(found) => Convergence::Agreed(found),
+        None => Convergence::NotYet,
+    }
+}
+
+/// The lowest index at which two nodes (live or not) were seen with different digests.
+fn diverged(seen: &BTreeMap<u64, BTreeMap<u64, String>>) -> Option<String> {
+    let mut first_seen: BTreeMap<u64, (u64, &str)> = BTreeMap::new();
+    for (id, polls) in seen {
+        for (index, digest) in polls {
+            match first_seen.get(index) {
+                Some((other, d)) if *d != digest.as_str() => {
+                    return Some(format!(
+                        "nodes {other} and {id} applied index {index} to different states \
+                         (digests {d} and {digest})"
+                    ));
+                }
+                Some(_) => {}
+                None => {
+                    first_seen.insert(*index, (*id, digest.as_str()));
+                }
+            }
+        }
+    }
+    None
 }
 
 /// The highest applied index at which every node of `live` was seen, if they all showed the
@@ -199,5 +256,25 @@ mod tests {
         assert!(agreed_at_common_index(&[1, 2, 4], &s).is_none());
         let s = seen(&[(1, 11, "b"), (2, 11, "x")]);
         assert!(agreed_at_common_index(&[1, 2], &s).is_none());
+    }
+
+    #[test]
+    fn one_index_with_two_digests_is_divergence_not_a_wait() {
+        // Still catching up: nothing seen at a common index, nothing contradictory.
+        let s = seen(&[(1, 10, "a"), (2, 9, "z")]);
+        assert_eq!(convergence(&[1, 2], &s), Convergence::NotYet);
+        // Agreement at 11 after all.
+        let s = seen(&[(1, 10, "a"), (1, 11, "b"), (2, 11, "b")]);
+        assert!(matches!(convergence(&[1, 2], &s), Convergence::Agreed(_)));
+        // Node 3 was seen at 10 with another digest than node 1: divergence, even though
+        // nodes 1 and 2 agree at 11 and node 3 (no longer live) will never be polled again.
+        let s = seen(&[(1, 10, "a"), (1, 11, "b"), (2, 11, "b"), (3, 10, "x")]);
+        match convergence(&[1, 2], &s) {
+            Convergence::Diverged(why) => {
+                assert!(why.contains("index 10"), "{why}");
+                assert!(why.contains("nodes 1 and 3"), "{why}");
+            }
+            other => panic!("not divergence: {other:?}"),
+        }
     }
 }
