@@ -2,8 +2,10 @@
 //! the join phase, start Raft, serve the client and peer APIs on one listener, and run the
 //! background drivers. `RunningNode::shutdown` stops all of it and releases the data dir.
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::path::Path;
+use std::pin::Pin;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -114,9 +116,40 @@ impl RunningNode {
     }
 }
 
+/// A future this crate compiled, for test builds (the `compiled-once` feature). The body of
+/// an `async fn` is compiled in the crate that polls it, not in the one that defines it: every
+/// executable that starts a node (the `turnstile` binary, the chaos harness's node binary,
+/// each test executable with in-process clusters) compiles the whole node again, openraft's
+/// core, the HTTP and gRPC servers and every driver included. With the feature, [`start`]
+/// and [`crate::serve::serve`] box their future in a function that is not generic, so this
+/// crate compiles the node once and the executables only call it: about 110 s less of the
+/// test build on CI's two cores. Not in the README build: compiled inside the binary, where
+/// every symbol is internal, the node did 4-8% more lock cycles a second (W1 and W4, 4
+/// alternating rounds, 2026-12-04). docs/architecture.md, "CI time".
+pub type Compiled<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+
 /// Starts a node serving on `listener` (bind port 0 in tests and pass the real address in
 /// `cfg.initial_cluster`).
+#[cfg(feature = "compiled-once")]
+pub fn start(
+    cfg: NodeConfig,
+    listener: TcpListener,
+    faults: Faults,
+) -> Compiled<Result<RunningNode, StartError>> {
+    Box::pin(start_node(cfg, listener, faults))
+}
+
+/// Starts a node serving on `listener`.
+#[cfg(not(feature = "compiled-once"))]
 pub async fn start(
+    cfg: NodeConfig,
+    listener: TcpListener,
+    faults: Faults,
+) -> Result<RunningNode, StartError> {
+    start_node(cfg, listener, faults).await
+}
+
+async fn start_node(
     cfg: NodeConfig,
     listener: TcpListener,
     faults: Faults,

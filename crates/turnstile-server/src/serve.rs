@@ -13,16 +13,29 @@ use crate::config::{format_initial_cluster, NodeConfig, ServeArgs};
 
 /// Resolves the configuration, binds, starts the node (test hooks off) and stops it on a
 /// signal.
+#[cfg(not(feature = "compiled-once"))]
 pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     run(args.resolve().context("invalid configuration")?).await
 }
 
+/// As above, compiled in this crate ([`crate::node::Compiled`]: test builds).
+#[cfg(feature = "compiled-once")]
+pub fn serve(args: ServeArgs) -> crate::node::Compiled<anyhow::Result<()>> {
+    Box::pin(async move { run(args.resolve().context("invalid configuration")?).await })
+}
+
 /// Like [`serve`], with the node's test hooks (`/debug/*`, `TURNSTILE_BUGS`) on if `enabled`.
+/// Only test builds have it, so it is always compiled here ([`crate::node::Compiled`]).
 #[cfg(feature = "test-hooks")]
-pub async fn serve_with_test_hooks(args: ServeArgs, enabled: bool) -> anyhow::Result<()> {
-    let mut cfg = args.resolve().context("invalid configuration")?;
-    cfg.enable_test_hooks = enabled;
-    run(cfg).await
+pub fn serve_with_test_hooks(
+    args: ServeArgs,
+    enabled: bool,
+) -> crate::node::Compiled<anyhow::Result<()>> {
+    Box::pin(async move {
+        let mut cfg = args.resolve().context("invalid configuration")?;
+        cfg.enable_test_hooks = enabled;
+        run(cfg).await
+    })
 }
 
 async fn run(cfg: NodeConfig) -> anyhow::Result<()> {
