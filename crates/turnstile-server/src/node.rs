@@ -124,8 +124,8 @@ impl RunningNode {
 /// and [`crate::serve::serve`] box their future in a function that is not generic, so this
 /// crate compiles the node once and the executables only call it: about 110 s less of the
 /// test build on CI's two cores. Not in the README build: compiled inside the binary, where
-/// every symbol is internal, the node did 4-8% more lock cycles a second (W1 and W4, 4
-/// alternating rounds, 2026-12-04). docs/architecture.md, "CI time".
+/// every symbol is internal, the node did 4-21% more lock cycles and writes a second
+/// (W1 and W4 at 64 clients, 4 alternating rounds, 2026-12-04). docs/architecture.md, "CI time".
 pub type Compiled<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 
 /// Starts a node serving on `listener` (bind port 0 in tests and pass the real address in
