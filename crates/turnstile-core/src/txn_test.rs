@@ -2,12 +2,14 @@
 //! refused transaction changes nothing.
 
 use crate::auth::{Access, Kind, Permission, Quotas, ROOT};
-use crate::command::{Command, Envelope, Fence};
+use crate::command::{Command, Fence};
 use crate::events::Event;
 use crate::limits;
 use crate::response::{ApplyError, Outcome, Response};
 use crate::state::State;
 use crate::txn::{Compare, TxnOp, TxnResult};
+
+use super::txn_test_support::apply_at;
 
 /// Lease 1 (`L` held by it with token 3), key `a` = "1" written at 2, counter `c` = 5 at 4,
 /// counter `max` = `i64::MAX`.
@@ -41,16 +43,7 @@ fn base() -> State {
 }
 
 fn apply(state: &mut State, index: u64, command: Command) -> Response {
-    let env = Envelope {
-        now_ms: 1_000 + index,
-        request_id: None,
-        command,
-    };
-    let r = state.apply(index, 1, &env);
-    state
-        .check_invariants()
-        .unwrap_or_else(|e| panic!("after {env:?}: {e}"));
-    r
+    apply_at(state, index, 1_000 + index, command)
 }
 
 fn txn(compares: Vec<Compare>, success: Vec<TxnOp>, failure: Vec<TxnOp>) -> Command {

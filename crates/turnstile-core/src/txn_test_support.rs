@@ -1,4 +1,4 @@
-//! Shared by the transaction tests (`txn_range_test.rs`, `txn_etcd_ops_test.rs`): applying an
+//! Shared by the transaction tests (`txn_test.rs`, `txn_range_test.rs`, `txn_etcd_ops_test.rs`): applying an
 //! entry with the invariants checked after it, building transactions, prefixes and
 //! authenticated commands, and a user `bob` with key permissions of its own.
 
@@ -9,11 +9,16 @@ use crate::response::Response;
 use crate::state::State;
 use crate::txn::{Compare, TxnOp};
 
-/// Applies `command` as the next entry; panics if an invariant breaks.
+/// Applies `command` as the next entry, at `sm_time` 1,000 ms; panics if an invariant breaks.
 pub(crate) fn apply(state: &mut State, command: Command) -> Response {
     let index = state.applied_index + 1;
+    apply_at(state, index, 1_000, command)
+}
+
+/// Applies `command` as entry `index` at `now_ms`; panics if an invariant breaks.
+pub(crate) fn apply_at(state: &mut State, index: u64, now_ms: u64, command: Command) -> Response {
     let env = Envelope {
-        now_ms: 1_000,
+        now_ms,
         request_id: None,
         command,
     };
