@@ -14,8 +14,63 @@
 use std::borrow::Borrow;
 use std::fmt;
 use std::ops::RangeBounds;
+use std::sync::Arc;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// A map value kept behind a reference-counted pointer, for the state's large records: a map's
+/// B-tree leaf holds 16 key-value slots inline and is rarely full, so a 152-byte value costs
+/// its size again in empty slots, and every copy of a shared leaf (the first write after a
+/// snapshot's clone) deep-copied 16 of them. Behind `Shared` a slot is 8 bytes, a leaf copy
+/// bumps reference counts, and a write copies only the value written (`DerefMut` is
+/// `Arc::make_mut`). Encoded as the value itself, so the wire format does not change.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Shared<T>(Arc<T>);
+
+impl<T> Shared<T> {
+    pub fn new(value: T) -> Self {
+        Shared(Arc::new(value))
+    }
+}
+
+impl<T> From<T> for Shared<T> {
+    fn from(value: T) -> Self {
+        Shared::new(value)
+    }
+}
+
+impl<T> std::ops::Deref for Shared<T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
+/// Copies the value first if a clone of the map still shares it.
+impl<T: Clone> std::ops::DerefMut for Shared<T> {
+    fn deref_mut(&mut self) -> &mut T {
+        Arc::make_mut(&mut self.0)
+    }
+}
+
+impl<T: fmt::Debug> fmt::Debug for Shared<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl<T: Serialize> Serialize for Shared<T> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(s)
+    }
+}
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Shared<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        T::deserialize(d).map(Shared::new)
+    }
+}
 
 /// An ordered map whose clone is O(1) (see the module docs).
 #[derive(Clone, PartialEq, Eq)]
@@ -343,6 +398,23 @@ mod tests {
         assert_eq!(b.get(&7).map(String::as_str), Some("7"));
         assert_eq!(a.len(), 999);
         assert_eq!(b.len(), 1_000);
+    }
+
+    #[test]
+    fn a_shared_value_encodes_as_the_value_and_is_copied_on_write() {
+        let plain: Map<String, Vec<u64>> = [("a".to_string(), vec![1, 2])].into_iter().collect();
+        let mut shared: Map<String, Shared<Vec<u64>>> =
+            [("a".to_string(), vec![1, 2].into())].into_iter().collect();
+        let enc = |v: &dyn erased::Enc| v.enc();
+        assert_eq!(enc(&plain), enc(&shared));
+        let back: Map<String, Shared<Vec<u64>>> =
+            crate::codec::decode(&enc(&plain)).expect("decode");
+        assert_eq!(back, shared);
+
+        let snapshot = shared.clone();
+        shared.get_mut("a").expect("a").push(3);
+        assert_eq!(snapshot.get("a").map(|v| v.len()), Some(2));
+        assert_eq!(shared.get("a").map(|v| v.len()), Some(3));
     }
 
     #[test]

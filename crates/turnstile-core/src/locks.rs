@@ -197,10 +197,13 @@ impl State {
             });
         }
         for name in &names {
-            let lock = self.locks.entry(name.clone()).or_insert_with(|| Lock {
-                permits: permits.unwrap_or(1),
-                holders: Vec::new(),
-                queue: Default::default(),
+            let lock = self.locks.entry(name.clone()).or_insert_with(|| {
+                Lock {
+                    permits: permits.unwrap_or(1),
+                    holders: Vec::new(),
+                    queue: Default::default(),
+                }
+                .into()
             });
             lock.queue.push_back(waiter_id.to_string());
         }
@@ -228,10 +231,13 @@ impl State {
         permits: Option<u32>,
     ) {
         for name in names {
-            let lock = self.locks.entry(name.clone()).or_insert_with(|| Lock {
-                permits: permits.unwrap_or(1),
-                holders: Vec::new(),
-                queue: Default::default(),
+            let lock = self.locks.entry(name.clone()).or_insert_with(|| {
+                Lock {
+                    permits: permits.unwrap_or(1),
+                    holders: Vec::new(),
+                    queue: Default::default(),
+                }
+                .into()
             });
             let holder = Holder {
                 lease_id,
@@ -240,6 +246,11 @@ impl State {
                 since_ms: self.sm_time_ms,
                 mode,
             };
+            if lock.holders.is_empty() {
+                // A first push would allocate room for 4 holders (160 bytes); most locks are
+                // exclusive and never hold more than one.
+                lock.holders.reserve_exact(1);
+            }
             lock.holders.push(holder);
             if let Some(lease) = self.leases.get_mut(&lease_id) {
                 lease.locks.insert(name.clone());

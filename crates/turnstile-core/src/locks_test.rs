@@ -500,3 +500,28 @@ fn a_waiter_due_in_the_same_entry_as_the_holder_is_never_granted() {
     assert_eq!(grants[0].0, "live");
     assert_eq!(sm.state.locks["l"].holders[0].token, tick.revision);
 }
+
+/// Memory per held lock is one of the bench's figures (W6): an exclusive grant keeps room for
+/// exactly one holder, not the four a first `Vec::push` would allocate.
+#[test]
+fn an_exclusive_grant_keeps_room_for_one_holder() {
+    let mut sm = Sm::new();
+    let lease = sm.lease(60_000);
+    token(&sm.x("w0", "one", lease));
+    let lock = sm.state.locks.get("one").expect("held");
+    assert_eq!(lock.holders.capacity(), 1);
+    // A semaphore's later holders still fit.
+    for i in 0..3 {
+        let lease = sm.lease(60_000);
+        let r = sm.acquire(
+            &format!("s{i}"),
+            &["sem"],
+            lease,
+            LockMode::Exclusive,
+            Some(3),
+            true,
+        );
+        assert!(r.token().is_some(), "holder {i}: {r:?}");
+    }
+    assert_eq!(sm.holders("sem").len(), 3);
+}

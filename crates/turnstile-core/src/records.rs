@@ -51,7 +51,8 @@ impl State {
                 response: response.clone(),
                 lease_id: None,
                 expires_ms: None,
-            },
+            }
+            .into(),
         );
         match pin {
             Some(lease_id) => self.pin_record(request_id, lease_id),

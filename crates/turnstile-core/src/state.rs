@@ -24,11 +24,11 @@ pub struct State {
     /// `(deadline_ms, lease_id)` of every lease, so due leases are found without a scan.
     pub lease_deadlines: cow::Set<(u64, u64)>,
     /// Only locks with a holder or a waiter are stored; an idle lock is absent.
-    pub locks: cow::Map<String, Lock>,
+    pub locks: cow::Map<String, cow::Shared<Lock>>,
     /// Queued acquires by waiter id (the acquire's request id).
     pub tickets: cow::Map<String, Ticket>,
     pub counters: cow::Map<String, i64>,
-    pub requests: cow::Map<String, RequestRecord>,
+    pub requests: cow::Map<String, cow::Shared<RequestRecord>>,
     /// `(expires_ms, request_id)` of records on the retry window (finished requests).
     pub request_expiries: cow::Set<(u64, String)>,
     /// `(lease_id, token, request_id)` of every pinned acquire record whose grant is held, so
