@@ -28,6 +28,11 @@ pub const W7_HOLDER_TTL_MS: u64 = 2_000;
 pub const W6_LOCKS_PER_LEASE: usize = 1_000;
 /// Clients that take W6's locks concurrently.
 pub const W6_CLIENTS: usize = 64;
+/// W6 reads resident memory again this long after the fill, on both systems: allocators hand
+/// freed pages back to the kernel seconds after the frees (jemalloc's dirty pages decay over
+/// 10 s; Go's scavenger works in the background), so what a node holds with the locks is the
+/// settled figure, not the fill's transient.
+pub const W6_SETTLE_S: u64 = 15;
 /// W1 clients of W8's two runs (empty and loaded state): the 64.
 pub const W8_CLIENTS: usize = 64;
 /// Locks one lease holds in W8's preload, as in W6.
@@ -330,6 +335,8 @@ pub struct Plan {
     pub w4_clients: usize,
     pub w5_watchers: Vec<usize>,
     pub w6_locks: usize,
+    /// How long after the fill W6 reads resident memory again (settled).
+    pub w6_settle: Duration,
     pub w7_trials: usize,
     /// Held locks W8 preloads (each with its pinned request record).
     pub w8_locks: usize,
@@ -382,6 +389,7 @@ impl Plan {
             w4_clients: if q { 8 } else { 64 },
             w5_watchers: if q { vec![1, 10] } else { vec![1, 100, 1_000] },
             w6_locks: if q { 1_000 } else { 50_000 },
+            w6_settle: Duration::from_secs(if q { 1 } else { W6_SETTLE_S }),
             w7_trials: if q { 1 } else { 3 },
             w8_locks: if q { 1_000 } else { 50_000 },
             w8_keys: if q { 4_000 } else { 200_000 },

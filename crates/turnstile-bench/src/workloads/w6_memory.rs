@@ -1,6 +1,7 @@
 //! W6, memory: resident memory (VmRSS) of each node of a fresh cluster, with its leases granted,
 //! before and after taking and holding 50,000 locks (1,000 per lease, 64 clients acquiring
-//! concurrently), once every node has applied everything. Turnstile's acquires carry a
+//! concurrently), once every node has applied everything, and again
+//! [`crate::plan::W6_SETTLE_S`] seconds later (settled). Turnstile's acquires carry a
 //! `request_id` like every other waiting acquire here, so their records are in the growth.
 
 use std::time::{Duration, Instant};
@@ -75,12 +76,21 @@ pub async fn run(ctx: &mut Ctx<'_>) -> anyhow::Result<Outcome> {
     let took = started.elapsed();
     cluster.wait_caught_up().await?;
     let after = cluster.rss_bytes()?;
+    // Allocators hand freed pages (the fill's temporaries: request buffers, copied tree
+    // nodes) back to the kernel seconds after the frees, so the figure right after the fill
+    // holds a transient; the settled one, the same fixed time later on both systems, does not.
+    tokio::time::sleep(ctx.plan.w6_settle).await;
+    let settled = cluster.rss_bytes()?;
     cluster.check_running()?;
-    let growth: Vec<u64> = after
-        .iter()
-        .zip(&before)
-        .map(|(a, b)| a.saturating_sub(*b))
-        .collect();
+    let growth_of = |after: &[u64]| -> Vec<u64> {
+        after
+            .iter()
+            .zip(&before)
+            .map(|(a, b)| a.saturating_sub(*b))
+            .collect()
+    };
+    let growth = growth_of(&after);
+    let growth_settled = growth_of(&settled);
     let point = format!("{locks} locks");
     let mb = |label: &str, v: f64, better| {
         Measure::new("W6", format!("{point}: {label}"), "MiB", better, v / MIB).counts(&taken)
@@ -105,6 +115,22 @@ pub async fn run(ctx: &mut Ctx<'_>) -> anyhow::Result<Outcome> {
             "bytes",
             Better::Lower,
             mean(&growth) / locks as f64,
+        )
+        .counts(&taken),
+    );
+    let later = format!("{} s later", ctx.plan.w6_settle.as_secs());
+    out.measures.push(mb(
+        &format!("RSS per node {later} (mean)"),
+        mean(&settled),
+        Better::Info,
+    ));
+    out.measures.push(
+        Measure::new(
+            "W6",
+            format!("{point}: growth per lock, {later} (mean node)"),
+            "bytes",
+            Better::Lower,
+            mean(&growth_settled) / locks as f64,
         )
         .counts(&taken),
     );
