@@ -1,7 +1,7 @@
 //! The replicated records. Everything is in ordered maps so that encoding the state is
 //! deterministic: two replicas that applied the same log encode to the same bytes.
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::VecDeque;
 
 use serde::{Deserialize, Serialize};
 
@@ -66,21 +66,24 @@ pub struct KeyRecord {
     pub lease_id: Option<u64>,
 }
 
-/// One lease. Its id is the index of the entry that granted it.
+/// One lease. Its id is the index of the entry that granted it. Its sets are persistent
+/// (`cow::Set`), like the state's own collections: a lease may hold thousands of locks, and
+/// with plain sets the first write to it after a snapshot's copy copied all of them
+/// (`examples/first_write_after_copy.rs`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Lease {
     pub ttl_ms: u64,
     /// Live while `sm_time_ms < deadline_ms`.
     pub deadline_ms: u64,
     /// Locks this lease holds.
-    pub locks: BTreeSet<String>,
+    pub locks: cow::Set<String>,
     /// Waiter ids of this lease's queued acquires.
-    pub tickets: BTreeSet<String>,
+    pub tickets: cow::Set<String>,
     /// Keys bound to this lease (deleted when it ends).
-    pub keys: BTreeSet<String>,
+    pub keys: cow::Set<String>,
     /// Request-id records pinned by this lease: its own grant's, and those of its acquires
     /// that still wait or hold. They leave for the retry window when that ends.
-    pub request_ids: BTreeSet<String>,
+    pub request_ids: cow::Set<String>,
 }
 
 /// One lock with its holders and FIFO queue.
