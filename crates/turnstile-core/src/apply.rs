@@ -439,7 +439,7 @@ impl State {
             lease_id,
         };
         self.push_put_event(index, key, &record, previous);
-        self.keys.insert(key.to_string(), record);
+        self.keys.insert(key.to_string(), record.into());
     }
 
     fn kv_delete(

@@ -348,8 +348,8 @@ fn watch_events_show_a_tenant_only_its_own() {
         .state
         .events
         .values()
-        .find(|e| matches!(e, Event::LockGranted { .. }))
-        .cloned()
+        .find(|e| matches!(&***e, Event::LockGranted { .. }))
+        .map(|e| Event::clone(e))
         .expect("a grant event");
     assert_eq!(sm.state.event_for("alice", &granted), Some(granted.clone()));
     assert_eq!(sm.state.event_for("bob", &granted), None);

@@ -59,7 +59,7 @@ impl Sm {
         self.state
             .events
             .range((index, 0)..=(index, u32::MAX))
-            .filter_map(|(_, e)| match e {
+            .filter_map(|(_, e)| match &**e {
                 Event::ElectionLeader {
                     lease_id, token, ..
                 } => Some(("leader", *lease_id, *token)),
@@ -134,7 +134,7 @@ fn leadership_passes_in_fifo_order_with_growing_tokens() {
     sm.apply(5_000, None, Command::Tick);
     let td = sm.index;
     assert_eq!(sm.leader("e"), Some((d, td, "vd".into())));
-    let cause = sm.state.events.values().find_map(|e| match e {
+    let cause = sm.state.events.values().find_map(|e| match &**e {
         Event::ElectionResigned {
             lease_id, cause, ..
         } if *lease_id == c => Some(*cause),

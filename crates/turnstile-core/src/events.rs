@@ -113,7 +113,7 @@ impl State {
             Some((&(r, s), _)) if r == revision => s + 1,
             _ => 0,
         };
-        self.events.insert((revision, seq), event);
+        self.events.insert((revision, seq), event.into());
         while self.events.len() > limits::WATCH_HISTORY_EVENTS_MAX {
             if let Some((pos, _)) = self.events.pop_first() {
                 self.events_dropped_through = Some(pos);
@@ -137,7 +137,8 @@ impl State {
         }
         Ok(self
             .events
-            .range((Bound::Excluded(after), Bound::Unbounded)))
+            .range((Bound::Excluded(after), Bound::Unbounded))
+            .map(|(position, event)| (position, &**event)))
     }
 
     /// The position just before the first event of `revision`, for an inclusive start.

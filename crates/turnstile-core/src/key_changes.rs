@@ -22,7 +22,7 @@ pub struct KeyChange {
     /// After a put, the key's version (1 on creation); 0 after a delete.
     pub version: u64,
     /// The key just before the change; `None` if it did not exist.
-    pub prev: Option<KeyRecord>,
+    pub prev: Option<cow::Shared<KeyRecord>>,
 }
 
 /// A node's [`KeyChange`] of every key event it applied itself, by event position.
@@ -89,7 +89,7 @@ impl State {
         revision: u64,
         key: &str,
         record: &KeyRecord,
-        prev: Option<KeyRecord>,
+        prev: Option<cow::Shared<KeyRecord>>,
     ) {
         let position = self.push_event(
             revision,
@@ -108,7 +108,12 @@ impl State {
     }
 
     /// Records the event of the delete of `key`, which was `prev`.
-    pub(crate) fn push_delete_event(&mut self, revision: u64, key: &str, prev: KeyRecord) {
+    pub(crate) fn push_delete_event(
+        &mut self,
+        revision: u64,
+        key: &str,
+        prev: cow::Shared<KeyRecord>,
+    ) {
         let position = self.push_event(
             revision,
             crate::events::Event::Delete {

@@ -70,7 +70,7 @@ fn puts_and_deletes_record_what_etcd_shows() {
         Some(&KeyChange {
             create_revision: 1,
             version: 2,
-            prev: Some(record("1", 1, 1, 1)),
+            prev: Some(record("1", 1, 1, 1).into()),
         })
     );
     assert_eq!(
@@ -78,7 +78,7 @@ fn puts_and_deletes_record_what_etcd_shows() {
         Some(&KeyChange {
             create_revision: 0,
             version: 0,
-            prev: Some(record("2", 1, 2, 2)),
+            prev: Some(record("2", 1, 2, 2).into()),
         })
     );
     // Created again: a new create revision, version 1, nothing before.
@@ -105,14 +105,14 @@ fn a_lease_ending_records_the_delete_of_its_keys() {
     let deletes: Vec<_> = s
         .events
         .iter()
-        .filter(|(_, e)| matches!(e, crate::Event::Delete { .. }))
+        .filter(|(_, e)| matches!(&***e, crate::Event::Delete { .. }))
         .map(|(p, _)| *p)
         .collect();
     assert_eq!(deletes.len(), 1, "{:?}", s.events);
     let change = s.key_changes.get(deletes[0]).expect("recorded");
     let mut before = record("v", 2, 2, 1);
     before.lease_id = Some(lease_id);
-    assert_eq!(change.prev, Some(before));
+    assert_eq!(change.prev, Some(before.into()));
     assert_eq!((change.create_revision, change.version), (0, 0));
 }
 

@@ -22,7 +22,7 @@ use std::ops::Bound;
 use serde::{Deserialize, Serialize};
 
 use crate::cow;
-use crate::state::KeyRecord;
+use crate::state::{KeyRecord, Keys};
 
 /// Keys one span may look at, counting included.
 pub const SPAN_SCAN_MAX: usize = 200_000;
@@ -204,18 +204,14 @@ pub fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
 
 /// Answers `span` from `keys`, the key map of the state at `revision`, within
 /// [`RANGE_BOUNDS`].
-pub fn read(
-    keys: &cow::Map<String, KeyRecord>,
-    span: &KeySpan,
-    revision: u64,
-) -> Result<SpanAnswer, SpanError> {
+pub fn read(keys: &Keys, span: &KeySpan, revision: u64) -> Result<SpanAnswer, SpanError> {
     read_bounded(keys, span, revision, RANGE_BOUNDS)
 }
 
 /// Answers `span` from `keys` within `bounds`; `TooLarge` when the span holds more than
 /// `bounds.scan_max` keys.
 pub fn read_bounded(
-    keys: &cow::Map<String, KeyRecord>,
+    keys: &Keys,
     span: &KeySpan,
     revision: u64,
     bounds: SpanBounds,
@@ -288,24 +284,33 @@ pub fn read_bounded(
 
 /// The keys of `keys` in the span's bounds, in key order.
 fn in_span<'a>(
-    keys: &'a cow::Map<String, KeyRecord>,
+    keys: &'a Keys,
     span: &'a KeySpan,
 ) -> Box<dyn Iterator<Item = (&'a String, &'a KeyRecord)> + 'a> {
     let lower = Bound::Included(span.start.as_str());
     match &span.end {
-        SpanEnd::One => {
-            Box::new(keys.range::<_, str>((lower, Bound::Included(span.start.as_str()))))
-        }
-        SpanEnd::All => Box::new(keys.range::<_, str>((lower, Bound::Unbounded))),
+        SpanEnd::One => Box::new(
+            keys.range::<_, str>((lower, Bound::Included(span.start.as_str())))
+                .map(unshare),
+        ),
+        SpanEnd::All => Box::new(keys.range::<_, str>((lower, Bound::Unbounded)).map(unshare)),
         SpanEnd::Before(end) if end.as_str() <= span.start.as_str() => Box::new(std::iter::empty()),
-        SpanEnd::Before(end) => {
-            Box::new(keys.range::<_, str>((lower, Bound::Excluded(end.as_str()))))
-        }
+        SpanEnd::Before(end) => Box::new(
+            keys.range::<_, str>((lower, Bound::Excluded(end.as_str())))
+                .map(unshare),
+        ),
     }
 }
 
+/// A key as the span reads it: the record, not the pointer it is kept behind.
+fn unshare<'a>(
+    (key, record): (&'a String, &'a cow::Shared<KeyRecord>),
+) -> (&'a String, &'a KeyRecord) {
+    (key, record)
+}
+
 /// How many keys of `keys` lie in the span's bounds, counting no further than `max + 1`.
-pub fn count_at_most(keys: &cow::Map<String, KeyRecord>, span: &KeySpan, max: usize) -> usize {
+pub fn count_at_most(keys: &Keys, span: &KeySpan, max: usize) -> usize {
     in_span(keys, span).take(max.saturating_add(1)).count()
 }
 

@@ -14,13 +14,13 @@ fn record(rev: u64, create: u64, version: u64, value: &str) -> KeyRecord {
 }
 
 /// a=1 (created 1), b/1 (created 5, modified 9), b/2 (created 3), b/3 (created 7), c (created 2).
-fn keys() -> crate::cow::Map<String, KeyRecord> {
+fn keys() -> crate::state::Keys {
     let mut m = crate::cow::Map::new();
-    m.insert("a".into(), record(1, 1, 1, "va"));
-    m.insert("b/1".into(), record(9, 5, 2, "z"));
-    m.insert("b/2".into(), record(3, 3, 1, "y"));
-    m.insert("b/3".into(), record(7, 7, 1, "x"));
-    m.insert("c".into(), record(2, 2, 1, "vc"));
+    m.insert("a".into(), record(1, 1, 1, "va").into());
+    m.insert("b/1".into(), record(9, 5, 2, "z").into());
+    m.insert("b/2".into(), record(3, 3, 1, "y").into());
+    m.insert("b/3".into(), record(7, 7, 1, "x").into());
+    m.insert("c".into(), record(2, 2, 1, "vc").into());
     m
 }
 
@@ -122,7 +122,7 @@ fn filters_sorts_and_shapes() {
 fn a_span_too_large_to_count_is_refused_not_miscounted() {
     let mut m = crate::cow::Map::new();
     for i in 0..=SPAN_SCAN_MAX {
-        m.insert(format!("k{i:07}"), record(1, 1, 1, ""));
+        m.insert(format!("k{i:07}"), record(1, 1, 1, "").into());
     }
     assert_eq!(
         read(&m, &span("", SpanEnd::All), 1),
@@ -136,7 +136,7 @@ fn a_span_too_large_to_count_is_refused_not_miscounted() {
 fn answers_are_cut_at_the_item_bound() {
     let mut m = crate::cow::Map::new();
     for i in 0..SPAN_ITEMS_MAX + 5 {
-        m.insert(format!("k{i:06}"), record(1, 1, 1, ""));
+        m.insert(format!("k{i:06}"), record(1, 1, 1, "").into());
     }
     let a = read(&m, &span("", SpanEnd::All), 1).expect("read");
     assert_eq!(

@@ -3,7 +3,6 @@
 
 use crate::command::{Command, Envelope, LockMode};
 use crate::deadlock::VictimPolicy;
-use crate::events::Event;
 use crate::response::{ApplyError, Notice, Outcome, Response};
 use crate::state::State;
 
@@ -432,7 +431,7 @@ fn watch_events_have_increasing_positions() {
     );
     sm.release("lk", l, t);
     sm.run(None, Command::LeaseRevoke { lease_id: l });
-    let kinds: Vec<&str> = sm.state.events.values().map(Event::kind).collect();
+    let kinds: Vec<&str> = sm.state.events.values().map(|e| e.kind()).collect();
     assert_eq!(kinds, ["lock_granted", "put", "lock_released", "delete"]);
     let positions: Vec<(u64, u32)> = sm.state.events.keys().copied().collect();
     assert!(positions.windows(2).all(|w| w[0] < w[1]));

@@ -19,7 +19,7 @@ pub struct State {
     pub sm_time_ms: u64,
     /// Chosen once by the first leader and replicated; travels with every token.
     pub cluster_id: Option<String>,
-    pub keys: cow::Map<String, KeyRecord>,
+    pub keys: Keys,
     pub leases: cow::Map<u64, Lease>,
     /// `(deadline_ms, lease_id)` of every lease, so due leases are found without a scan.
     pub lease_deadlines: cow::Set<(u64, u64)>,
@@ -37,7 +37,7 @@ pub struct State {
     #[serde(skip)]
     pub grant_requests: cow::Set<(u64, u64, String)>,
     /// Watch history by `(revision, seq)`, bounded by `WATCH_HISTORY_EVENTS_MAX`.
-    pub events: cow::Map<(u64, u32), Event>,
+    pub events: cow::Map<(u64, u32), cow::Shared<Event>>,
     /// Position of the newest event dropped from the history, if any.
     pub events_dropped_through: Option<(u64, u32)>,
     /// This node's etcd details of the key events in `events` (`crate::key_changes`): not
@@ -54,6 +54,11 @@ pub struct State {
     #[serde(skip)]
     pub campaigns: cow::Map<(String, u64), crate::elections::Campaign>,
 }
+
+/// The keys by name. A record sits behind `cow::Shared`, like the other large records: a
+/// value may be 64 KiB, and a tree leaf copied after a snapshot's copy would copy every value
+/// in it.
+pub type Keys = cow::Map<String, cow::Shared<KeyRecord>>;
 
 /// One key.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

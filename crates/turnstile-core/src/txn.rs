@@ -471,9 +471,9 @@ impl State {
                     create_revision, ..
                 } => key.is_some_and(|k| k.create_revision == *create_revision),
                 Compare::Value { value, .. } => key.is_some_and(|k| &k.value == value),
-                Compare::Ordered { order, of, .. } => {
-                    of.judge(key, lease).is_some_and(|field| order.holds(field))
-                }
+                Compare::Ordered { order, of, .. } => of
+                    .judge(key.map(|r| &**r), lease)
+                    .is_some_and(|field| order.holds(field)),
                 Compare::Fence(f) => self.exclusive_token(&f.lock) == Some(f.token),
             }
         })
@@ -619,7 +619,7 @@ impl State {
             },
             TxnOp::Get { key } => TxnResult::Get {
                 key: key.clone(),
-                record: self.keys.get(key).cloned(),
+                record: self.keys.get(key).map(|r| KeyRecord::clone(r)),
             },
             TxnOp::Range(span) => {
                 // `check_branch` bounded the scan, so the read cannot refuse; the empty answer

@@ -141,7 +141,8 @@ fn range_deletes_are_bounded_before_the_branch_runs() {
         lease_id: None,
     };
     for i in 0..=limits::TXN_RANGE_SCAN_MAX {
-        s.keys.insert(format!("k/{i:05}"), record("v".into()));
+        s.keys
+            .insert(format!("k/{i:05}"), record("v".into()).into());
     }
     // One key past the scan bound: refused whole.
     let r = apply(&mut s, txn(vec![], vec![delete_prefix("k/", false)]));
@@ -159,7 +160,8 @@ fn range_deletes_are_bounded_before_the_branch_runs() {
     // Few keys but too many bytes of previous values: refused too.
     let big = "x".repeat(limits::VALUE_BYTES_MAX);
     for i in 0..(limits::TXN_RANGE_BYTES_MAX / limits::VALUE_BYTES_MAX + 1) {
-        s.keys.insert(format!("big/{i}"), record(big.clone()));
+        s.keys
+            .insert(format!("big/{i}"), record(big.clone()).into());
     }
     let r = apply(&mut s, txn(vec![], vec![delete_prefix("big/", true)]));
     assert!(

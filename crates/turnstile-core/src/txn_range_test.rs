@@ -80,7 +80,8 @@ fn ranges_are_bounded_before_the_branch_runs() {
                 mod_revision: 1,
                 version: 1,
                 lease_id: None,
-            },
+            }
+            .into(),
         );
     }
     // 9,999 keys plus the put before the range: exactly the bound.

@@ -496,7 +496,7 @@ fn events_match_plain_puts_and_deletes() {
     );
     assert_eq!(plain.events, txned.events);
     assert_eq!(plain.keys, txned.keys);
-    let kinds: Vec<&Event> = txned.events.values().collect();
+    let kinds: Vec<&Event> = txned.events.values().map(|e| &**e).collect();
     assert!(matches!(kinds[kinds.len() - 2], Event::Put { key, .. } if key == "b"));
     assert!(matches!(kinds[kinds.len() - 1], Event::Delete { key } if key == "a"));
 }

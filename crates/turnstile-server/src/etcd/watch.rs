@@ -487,7 +487,7 @@ fn etcd_event(
         lease: owned(p.lease_id).map_or(0, signed),
     };
     let prev_kv = if prev_kv {
-        change.prev.as_ref().map(prev)
+        change.prev.as_deref().map(prev)
     } else {
         None
     };

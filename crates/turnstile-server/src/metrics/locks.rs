@@ -170,7 +170,7 @@ impl LockMetrics {
         let now_ms = state.sm_time_ms;
         let mut ttl_expired = BTreeSet::new();
         for (_, event) in state.events.range((index, 0)..=(index, u32::MAX)) {
-            match event {
+            match &**event {
                 Event::LockGranted {
                     name,
                     lease_id,
