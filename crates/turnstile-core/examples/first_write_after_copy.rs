@@ -12,50 +12,20 @@
 
 use std::time::{Duration, Instant};
 
-use turnstile_core::{Command, Envelope, LockMode, State};
+use turnstile_core::Command;
+
+#[path = "w6_log/mod.rs"]
+mod w6_log;
+use w6_log::Log;
 
 /// The node's allocator (see Cargo.toml).
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
-const LOCKS_PER_LEASE: u64 = 1_000;
 /// Timed writes of each kind; the median is printed.
 const ROUNDS: usize = 201;
 /// Keys put per held lock (W8: 200,000 keys beside 50,000 locks).
 const KEYS_PER_LOCK: u64 = 4;
-
-/// Applies entries at consecutive indexes, each 1 ms after the last.
-struct Log {
-    state: State,
-    index: u64,
-}
-
-impl Log {
-    fn apply(&mut self, command: Command, request_id: Option<String>) -> turnstile_core::Response {
-        self.index += 1;
-        let env = Envelope {
-            now_ms: 1_000 + self.index,
-            request_id,
-            command,
-        };
-        self.state.apply(self.index, 1, &env)
-    }
-
-    /// Takes lock `name` on `lease_id` with a request id, as W6 and W8 do; exits on a refusal.
-    fn acquire(&mut self, name: String, lease_id: u64) {
-        let command = Command::AcquireFor {
-            names: vec![name.clone()],
-            lease_id,
-            mode: LockMode::Exclusive,
-            permits: None,
-            wait_ms: 1_000,
-        };
-        if let Err(e) = self.apply(command, Some(format!("req-{name}"))).outcome {
-            eprintln!("acquire of {name} refused: {e}");
-            std::process::exit(1);
-        }
-    }
-}
 
 /// Puts `key` with `value`; exits on a refusal.
 fn put(log: &mut Log, key: String, value: &str) {
@@ -99,35 +69,14 @@ fn median(mut times: Vec<Duration>) -> Duration {
 }
 
 fn main() {
-    let arg = |n: usize, default: u64| match std::env::args().nth(n).map(|a| a.parse()) {
-        None => default,
-        Some(Ok(v)) if v > 0 => v,
-        Some(_) => {
-            eprintln!("usage: first_write_after_copy [locks > 0] [value bytes > 0]");
-            std::process::exit(2);
-        }
-    };
-    let locks = arg(1, 50_000);
-    let value = "v".repeat(usize::try_from(arg(2, 64)).unwrap_or(usize::MAX));
-    let mut log = Log {
-        state: State::default(),
-        index: 0,
-    };
-    log.apply(
-        Command::InitCluster {
-            cluster_id: "0d6059aa93a2cc6666012c9e9b367b87".into(),
-        },
-        None,
-    );
-    let leases: Vec<u64> = (0..locks.div_ceil(LOCKS_PER_LEASE))
-        .map(|_| {
-            log.apply(Command::LeaseGrant { ttl_ms: 3_600_000 }, None)
-                .revision
-        })
-        .collect();
+    const USAGE: &str = "first_write_after_copy [locks > 0] [value bytes > 0]";
+    let locks = w6_log::arg_or(1, 50_000, USAGE);
+    let value = "v".repeat(usize::try_from(w6_log::arg_or(2, 64, USAGE)).unwrap_or(usize::MAX));
+    let mut log = Log::new();
+    let leases = log.grant_leases(locks, 3_600_000);
     for k in 0..locks {
-        let lease = leases[usize::try_from(k / LOCKS_PER_LEASE).unwrap_or(usize::MAX)];
-        log.acquire(format!("held-{k}"), lease);
+        let name = format!("held-{k}");
+        log.acquire(&name, format!("req-{name}"), w6_log::lease_of(&leases, k));
     }
 
     for k in 0..locks * KEYS_PER_LOCK {
@@ -135,7 +84,8 @@ fn main() {
     }
 
     let (plain, copied) = time_writes(&mut log, |log, round, kind| {
-        log.acquire(format!("{kind}-{round}"), leases[round % leases.len()]);
+        let name = format!("{kind}-{round}");
+        log.acquire(&name, format!("req-{name}"), leases[round % leases.len()]);
     });
     println!(
         "{locks} held locks on {} leases: one acquire, median of {ROUNDS}: {plain:?} with no \

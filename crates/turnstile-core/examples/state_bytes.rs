@@ -8,7 +8,11 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicIsize, Ordering};
 
-use turnstile_core::{Command, Envelope, LockMode, State};
+use turnstile_core::State;
+
+#[path = "w6_log/mod.rs"]
+mod w6_log;
+use w6_log::Log;
 
 /// The system allocator, counting the bytes it has handed out and not yet taken back.
 struct Counting;
@@ -37,72 +41,19 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;
 
-const LOCKS_PER_LEASE: u64 = 1_000;
-
 fn live_bytes() -> isize {
     LIVE_BYTES.load(Ordering::Relaxed)
 }
 
-/// Applies entries at consecutive indexes, each 1 ms after the last.
-struct Log {
-    state: State,
-    index: u64,
-}
-
-impl Log {
-    fn apply(&mut self, command: Command, request_id: Option<String>) -> turnstile_core::Response {
-        self.index += 1;
-        let env = Envelope {
-            now_ms: 1_000 + self.index,
-            request_id,
-            command,
-        };
-        self.state.apply(self.index, 1, &env)
-    }
-}
-
 fn main() {
-    let locks: u64 = match std::env::args().nth(1).map(|a| a.parse()) {
-        None => 50_000,
-        Some(Ok(n)) if n > 0 => n,
-        Some(_) => {
-            eprintln!("usage: state_bytes [locks > 0]");
-            std::process::exit(2);
-        }
-    };
-    let mut log = Log {
-        state: State::default(),
-        index: 0,
-    };
-    log.apply(
-        Command::InitCluster {
-            cluster_id: "0d6059aa93a2cc6666012c9e9b367b87".into(),
-        },
-        None,
-    );
-    let leases: Vec<u64> = (0..locks.div_ceil(LOCKS_PER_LEASE))
-        .map(|_| {
-            log.apply(Command::LeaseGrant { ttl_ms: 600_000 }, None)
-                .revision
-        })
-        .collect();
+    let locks = w6_log::arg_or(1, 50_000, "state_bytes [locks > 0]");
+    let mut log = Log::new();
+    let leases = log.grant_leases(locks, 600_000);
 
     let before = live_bytes();
     for k in 0..locks {
         let name = format!("w6-{k}");
-        let lease_id = leases[usize::try_from(k / LOCKS_PER_LEASE).unwrap_or(usize::MAX)];
-        let command = Command::AcquireFor {
-            names: vec![name.clone()],
-            lease_id,
-            mode: LockMode::Exclusive,
-            permits: None,
-            wait_ms: 1_000,
-        };
-        let response = log.apply(command, Some(name));
-        if let Err(e) = response.outcome {
-            eprintln!("acquire {k} refused: {e}");
-            std::process::exit(1);
-        }
+        log.acquire(&name, name.clone(), w6_log::lease_of(&leases, k));
     }
     let per_lock = |bytes: isize| bytes / locks as isize;
     println!(

@@ -456,7 +456,7 @@ impl State {
     /// the keys' leases (`None`: all of them).
     pub fn compares_hold(&self, compares: &[Compare], viewer: Option<&str>) -> bool {
         compares.iter().all(|c| {
-            let key = c.key().and_then(|k| self.keys.get(k));
+            let key = c.key().and_then(|k| self.keys.get(k)).map(|r| &**r);
             let lease = key
                 .and_then(|k| k.lease_id)
                 .filter(|&id| viewer.is_none_or(|p| self.auth.owns_lease(p, id)))
@@ -471,9 +471,9 @@ impl State {
                     create_revision, ..
                 } => key.is_some_and(|k| k.create_revision == *create_revision),
                 Compare::Value { value, .. } => key.is_some_and(|k| &k.value == value),
-                Compare::Ordered { order, of, .. } => of
-                    .judge(key.map(|r| &**r), lease)
-                    .is_some_and(|field| order.holds(field)),
+                Compare::Ordered { order, of, .. } => {
+                    of.judge(key, lease).is_some_and(|field| order.holds(field))
+                }
                 Compare::Fence(f) => self.exclusive_token(&f.lock) == Some(f.token),
             }
         })
