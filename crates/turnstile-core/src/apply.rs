@@ -6,14 +6,17 @@
 //! entry), then the request-id check, then the command itself. Blank and membership entries
 //! only advance `applied_index`.
 
+use std::collections::BTreeSet;
+
 use sha2::{Digest, Sha256};
 
 use crate::auth;
 use crate::codec;
-use crate::command::{Command, Condition, Envelope, Fence, LockMode};
+use crate::command::{Command, Condition, Envelope, Fence, Item, LockMode};
 use crate::events::{Event, ReleaseCause};
 use crate::limits;
 use crate::locks::{AcquireReq, Ctx};
+use crate::many;
 use crate::response::{ApplyError, KeepaliveResult, Notice, Outcome, Response};
 use crate::state::{KeyRecord, Lease, State};
 
@@ -51,11 +54,38 @@ impl State {
         self.sm_time_ms = self.sm_time_ms.max(env.now_ms);
         let expired = self.expire_due(&mut ctx);
         self.expire_request_records();
-        let response = self.apply_request(&mut ctx, env, expired);
+        let response = match &env.command {
+            Command::Many { items } => self.apply_many(&mut ctx, items),
+            command => self.apply_request(&mut ctx, env.request_id.as_deref(), command, expired),
+        };
         Applied { response, notices }
     }
 
-    fn apply_request(&mut self, ctx: &mut Ctx<'_>, env: &Envelope, expired: Vec<u64>) -> Response {
+    /// `Command::Many`: each item in order, as if alone, under the rule of `crate::many`.
+    fn apply_many(&mut self, ctx: &mut Ctx<'_>, items: &[Item]) -> Response {
+        let mut named = BTreeSet::new();
+        let responses = items
+            .iter()
+            .enumerate()
+            .map(
+                |(position, item)| match many::check(position, item, ctx.index, &mut named) {
+                    Ok(()) => {
+                        self.apply_request(ctx, item.request_id.as_deref(), &item.command, vec![])
+                    }
+                    Err(refusal) => respond(ctx, Err(refusal)),
+                },
+            )
+            .collect();
+        respond(ctx, Ok(Outcome::Many { responses }))
+    }
+
+    fn apply_request(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        request_id: Option<&str>,
+        command: &Command,
+        expired: Vec<u64>,
+    ) -> Response {
         let (index, term) = (ctx.index, ctx.term);
         let respond = |outcome| Response {
             revision: index,
@@ -63,10 +93,10 @@ impl State {
             replayed: false,
             outcome,
         };
-        let Some(request_id) = env.request_id.as_deref() else {
-            return respond(self.run(ctx, &env.command, None, expired, None));
+        let Some(request_id) = request_id else {
+            return respond(self.run(ctx, command, None, expired, None));
         };
-        let sha = command_sha256(&env.command);
+        let sha = command_sha256(command);
         if let Some(record) = self.requests.get(request_id) {
             if record.command_sha256 == sha {
                 let mut response = record.response.clone();
@@ -92,8 +122,8 @@ impl State {
                 limit: "request_records_max".into(),
             }));
         }
-        let response = respond(self.run(ctx, &env.command, Some(request_id), expired, None));
-        self.record_request(request_id, sha, &env.command, &response);
+        let response = respond(self.run(ctx, command, Some(request_id), expired, None));
+        self.record_request(request_id, sha, command, &response);
         response
     }
 
@@ -226,6 +256,9 @@ impl State {
                 success,
                 failure,
             } => self.txn(index, viewer, compares, success, failure),
+            Command::Many { .. } => Err(ApplyError::Invalid {
+                reason: "a many entry cannot be nested".into(),
+            }),
             Command::AuthPutRole { .. }
             | Command::AuthDeleteRole { .. }
             | Command::AuthPutUser { .. }
@@ -620,6 +653,16 @@ impl State {
         }
         self.push_delete_event(index, key, record);
         true
+    }
+}
+
+/// A fresh (not replayed) response of the entry being applied.
+fn respond(ctx: &Ctx<'_>, outcome: ApplyResult) -> Response {
+    Response {
+        revision: ctx.index,
+        term: ctx.term,
+        replayed: false,
+        outcome,
     }
 }
 

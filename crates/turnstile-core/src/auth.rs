@@ -574,7 +574,8 @@ impl State {
             | Command::Expire { .. }
             | Command::AbortWaiter { .. }
             | Command::Ack { .. }
-            | Command::As { .. } => Err(ApplyError::Invalid {
+            | Command::As { .. }
+            | Command::Many { .. } => Err(ApplyError::Invalid {
                 reason: format!("{} is not a client command", cmd.kind()),
             }),
         }

@@ -198,6 +198,22 @@ pub enum Command {
         user: String,
         roles: Vec<String>,
     },
+    /// Several lock commands in one entry, applied in order, each with its own request id and
+    /// its own response (`Outcome::Many`): the leader's group proposal of concurrent acquires
+    /// and releases. Only commands that `crate::many` admits, no two naming the same lock, so
+    /// one entry never grants an exclusive lock twice and a token stays the index of the entry
+    /// that granted it (`crate::many` has the rule and why it suffices).
+    Many {
+        items: Vec<Item>,
+    },
+}
+
+/// One command of a `Command::Many` entry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Item {
+    /// As `Envelope::request_id`, for this command alone.
+    pub request_id: Option<String>,
+    pub command: Command,
 }
 
 /// How a lock is held.
@@ -293,6 +309,7 @@ impl Command {
             Command::Proclaim { .. } => "proclaim",
             Command::Resign { .. } => "resign",
             Command::Txn { .. } => "txn",
+            Command::Many { .. } => "many",
         }
     }
 }

@@ -11,6 +11,7 @@
 //!   a hold or wait lives, then a retry window, or gone at once when acknowledged).
 //! - [`elections`]: an election is a lock whose holder publishes a value; campaign,
 //!   proclaim, resign, and the leader read.
+//! - [`many`]: several lock commands in one entry, and the rule that keeps tokens exact.
 //! - [`txn`]: transactions: compares judged together, then one branch applied whole.
 //! - [`auth`]: users, roles, tokens, ownership and quotas, judged in `apply` for `Command::As`.
 //! - [`invariants`]: cross-record checks, run after every apply in tests.
@@ -36,13 +37,14 @@ pub mod key_changes;
 pub mod key_span;
 pub mod limits;
 mod locks;
+pub mod many;
 mod records;
 pub mod response;
 pub mod state;
 pub mod txn;
 
 pub use apply::Applied;
-pub use command::{Command, Condition, Envelope, Fence, LockMode};
+pub use command::{Command, Condition, Envelope, Fence, Item, LockMode};
 pub use deadlock::{Victim, VictimPolicy};
 pub use events::{Event, ReleaseCause};
 pub use response::{ApplyError, KeepaliveResult, Notice, Outcome, Response};

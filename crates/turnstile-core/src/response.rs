@@ -94,6 +94,11 @@ pub enum Outcome {
         succeeded: bool,
         results: Vec<crate::txn::TxnResult>,
     },
+    /// A `Command::Many` entry: one response per item, in order. Never stored in a request
+    /// record (the items' own responses are).
+    Many {
+        responses: Vec<Response>,
+    },
 }
 
 /// Per-lease result of a keepalive entry. `remaining_ms` is `None` when the lease was gone or

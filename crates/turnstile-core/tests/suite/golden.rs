@@ -10,7 +10,7 @@ use turnstile_core::auth::{Access, Kind, Permission, Quotas, ROOT};
 use turnstile_core::codec;
 use turnstile_core::key_span::SpanEnd;
 use turnstile_core::txn::{Compare, Operand, Order, TxnOp};
-use turnstile_core::{Command, Condition, Envelope, Fence, LockMode, State};
+use turnstile_core::{Command, Condition, Envelope, Fence, Item, LockMode, State};
 
 fn golden_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden")
@@ -336,6 +336,38 @@ fn sample_envelopes() -> Vec<(&'static str, Envelope)> {
                         roles: vec!["etcd-r".into()],
                         quotas: Quotas::default(),
                     }),
+                },
+            ),
+        ),
+        (
+            "v5_many",
+            env(
+                None,
+                Command::Many {
+                    items: vec![
+                        Item {
+                            request_id: Some("alice r7".into()),
+                            command: Command::AcquireFor {
+                                names: vec!["jobs/a".into(), "jobs/b".into()],
+                                lease_id: 17,
+                                mode: LockMode::Exclusive,
+                                permits: None,
+                                wait_ms: 2_000,
+                            },
+                        },
+                        Item {
+                            request_id: None,
+                            command: Command::As {
+                                principal: "bob".into(),
+                                token_id: None,
+                                command: Box::new(Command::LockRelease {
+                                    name: "jobs/c".into(),
+                                    lease_id: 18,
+                                    token: 42,
+                                }),
+                            },
+                        },
+                    ],
                 },
             ),
         ),

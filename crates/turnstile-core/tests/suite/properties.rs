@@ -6,7 +6,7 @@ use proptest::prelude::*;
 use turnstile_core::codec;
 use turnstile_core::key_span::SpanEnd;
 use turnstile_core::txn::{Compare, Operand, Order, TxnOp};
-use turnstile_core::{Command, Condition, Envelope, Fence, LockMode, State};
+use turnstile_core::{many, Command, Condition, Envelope, Fence, Item, LockMode, State};
 
 const NAMES: &[&str] = &["a", "b", "c"];
 
@@ -201,15 +201,80 @@ fn command() -> impl Strategy<Value = Command> {
     ]
 }
 
+/// A lock command `Command::Many` admits. A release's token 0 stands for the index of its
+/// own entry (`replay` puts it in): a release of a hold made by the same entry, which no
+/// client can know yet and the rule refuses.
+fn lock_command() -> impl Strategy<Value = Command> {
+    let token = prop_oneof![2 => id(), 1 => Just(0)];
+    prop_oneof![
+        (name(), id()).prop_map(|(name, lease_id)| Command::LockAcquire { name, lease_id }),
+        (name(), id(), token).prop_map(|(name, lease_id, token)| Command::LockRelease {
+            name,
+            lease_id,
+            token
+        }),
+        (prop::collection::vec(name(), 1..3), id(), 0u64..3).prop_map(
+            |(names, lease_id, wait_ms)| Command::AcquireFor {
+                names,
+                lease_id,
+                mode: LockMode::Exclusive,
+                permits: None,
+                wait_ms,
+            }
+        ),
+    ]
+}
+
+/// A `Command::Many` entry of random lock commands: often naming a lock twice (apply refuses
+/// the later item), sometimes with an item `Many` does not admit.
+fn many() -> impl Strategy<Value = Command> {
+    let item = prop_oneof![
+        9 => lock_command(),
+        1 => id().prop_map(|lease_id| Command::LeaseRevoke { lease_id }),
+    ];
+    prop::collection::vec((prop::option::of(waiter()), item), 2..5).prop_map(|items| {
+        Command::Many {
+            items: items
+                .into_iter()
+                .map(|(request_id, command)| Item {
+                    request_id,
+                    command,
+                })
+                .collect(),
+        }
+    })
+}
+
+/// A command, or sometimes several lock commands in one entry.
+fn entry_command() -> impl Strategy<Value = Command> {
+    prop_oneof![4 => command(), 1 => many()]
+}
+
 /// One log entry: time step, optional request id from a tiny pool (to force replays and
 /// reuse), the command, and whether it is a blank entry instead.
 fn entry() -> impl Strategy<Value = (u64, Option<String>, Command, bool)> {
     (
         0u64..1_500,
         prop::option::of(waiter()),
-        command(),
+        entry_command(),
         prop::bool::weighted(0.05),
     )
+}
+
+/// `command` with each release token 0 of a `Command::Many` item replaced by `index`.
+fn own_index_tokens(command: &Command, index: u64) -> Command {
+    let mut command = command.clone();
+    if let Command::Many { items } = &mut command {
+        for item in items {
+            if let Command::LockRelease {
+                token: token @ 0, ..
+            } = &mut item.command
+            {
+                *token = index;
+            }
+        }
+    }
+    command
 }
 
 fn replay(log: &[(u64, Option<String>, Command, bool)]) -> (State, Vec<turnstile_core::Response>) {
@@ -225,8 +290,9 @@ fn replay(log: &[(u64, Option<String>, Command, bool)]) -> (State, Vec<turnstile
             let env = Envelope {
                 now_ms,
                 request_id: request_id.clone(),
-                command: command.clone(),
+                command: own_index_tokens(command, index),
             };
+            let command = &env.command;
             // What the entry would leave if its command did nothing (expiry still runs).
             let idle = matches!(command, Command::Txn { .. }).then(|| {
                 let mut idle = state.clone();
@@ -253,7 +319,10 @@ fn replay(log: &[(u64, Option<String>, Command, bool)]) -> (State, Vec<turnstile
             // that exists once the entry has applied: nothing is granted and taken back in
             // one entry, so a granted token is always the lock's real grant.
             let notices = applied.notices.iter().map(|n| &n.response);
-            for r in std::iter::once(&applied.response)
+            let answers = many::answered(command, &applied.response);
+            for r in answers
+                .iter()
+                .map(|(_, r)| *r)
                 .chain(notices)
                 .filter(|r| !r.replayed)
             {
@@ -274,7 +343,25 @@ fn replay(log: &[(u64, Option<String>, Command, bool)]) -> (State, Vec<turnstile
                     }
                 }
             }
-            responses.push(applied.response);
+            // One entry of several lock commands never grants an exclusive lock twice, so
+            // its index stays a unique token (`turnstile_core::many`).
+            if matches!(command, Command::Many { .. }) {
+                let mut granted = std::collections::BTreeSet::new();
+                for (_, event) in state.events.range((index, 0)..(index + 1, 0)) {
+                    if let turnstile_core::Event::LockGranted {
+                        name,
+                        mode: LockMode::Exclusive,
+                        ..
+                    } = &**event
+                    {
+                        assert!(
+                            granted.insert(name.clone()),
+                            "entry {index} granted {name} twice"
+                        );
+                    }
+                }
+            }
+            responses.extend(answers.into_iter().map(|(_, r)| r.clone()));
         }
         if let Err(e) = state.check_invariants() {
             panic!("entry {index} {command:?}: {e}");

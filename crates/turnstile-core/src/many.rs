@@ -1,0 +1,187 @@
+//! `Command::Many`: several lock commands in one log entry.
+//!
+//! Why: most of what a write costs on each node is paid per log entry, not per command (the
+//! entry's encoding and its sled record on every node, its place in each append, its apply
+//! bookkeeping and its answer). The leader's proposer (`turnstile-server/src/proposer.rs`)
+//! puts concurrent acquires and releases into one entry, so those costs are paid once for all
+//! of them.
+//!
+//! The rule that keeps fencing exact. A token is the index of the entry that granted it, so
+//! everything granted by one entry shares one number; that is safe as long as one entry never
+//! grants the same exclusive lock twice. An item may be:
+//! - only an acquire or a release (`admits`), each possibly inside `Command::As`. These touch
+//!   the locks they name and their lease, and a release may hand its lock (with every other
+//!   lock of the waiter's ticket) to waiters; no lease ends, no ticket is cancelled;
+//! - naming no lock that an earlier item of the entry names (`Batch::try_add` on the leader;
+//!   checked again at apply, `check`), so no two items acquire or release the same lock;
+//! - not releasing a hold made by this same entry (token equal to the entry's index): no
+//!   honest client can know that token before the entry is applied, and such a release
+//!   would let the lock be granted again within the entry with the same token.
+//!
+//! A lock is then granted at most once per entry as exclusive: a grant by an item names it
+//! (no later item names it again) or hands it to a waiter after a release (the waiter then
+//! holds it, and only a release of that hold could free it within the entry, which the third
+//! rule refuses). The same holds for the grants the entry's opening expiry makes.
+//!
+//! Items are applied in order with the entry's `sm_time`, each exactly as it would be alone
+//! (request-id records, quotas and permissions per item), and each gets its own `Response`
+//! with the entry's index as its `revision`.
+
+use std::collections::BTreeSet;
+
+use crate::command::{Command, Item};
+use crate::response::{ApplyError, Outcome, Response};
+
+/// Items one entry carries at most.
+pub const ITEMS_MAX: usize = 256;
+
+/// Bytes of names and request ids one entry's items carry at most (an estimate of its
+/// encoded size, well below the log's 96 KiB entry limit: an acquire names at most 64 locks
+/// of at most 256 bytes, 16 KiB).
+pub const ITEM_BYTES_MAX: usize = 32 * 1024;
+
+/// Bytes an item costs besides its strings, in `ITEM_BYTES_MAX`'s estimate: the variant
+/// tags, lease, token, mode and wait, each at most a 10-byte varint, rounded up.
+const ITEM_OVERHEAD_BYTES: usize = 64;
+
+/// The locks an item names, if `Command::Many` admits the command at all.
+pub fn admits(command: &Command) -> Option<&[String]> {
+    match command {
+        Command::LockAcquire { name, .. } | Command::LockRelease { name, .. } => {
+            Some(std::slice::from_ref(name))
+        }
+        Command::Acquire { names, .. } | Command::AcquireFor { names, .. } => Some(names),
+        Command::As { command, .. } => admits(command),
+        _ => None,
+    }
+}
+
+/// The estimate `ITEM_BYTES_MAX` bounds: every string the item carries, with its length
+/// prefix, plus `ITEM_OVERHEAD_BYTES`.
+fn item_bytes(item: &Item, names: &[String]) -> usize {
+    let string = |s: &str| s.len() + 8;
+    let mut bytes = ITEM_OVERHEAD_BYTES + item.request_id.as_deref().map_or(0, string);
+    bytes += names.iter().map(|n| string(n)).sum::<usize>();
+    if let Command::As {
+        principal,
+        token_id,
+        ..
+    } = &item.command
+    {
+        bytes += string(principal) + token_id.as_deref().map_or(0, string);
+    }
+    bytes
+}
+
+/// An entry's items as the leader gathers them.
+#[derive(Debug, Default)]
+pub struct Batch {
+    items: Vec<Item>,
+    names: BTreeSet<String>,
+    bytes: usize,
+}
+
+impl Batch {
+    /// Adds the command if `Command::Many` admits it and it fits: no lock named twice, at
+    /// most `ITEMS_MAX` items and `ITEM_BYTES_MAX` bytes. Gives it back otherwise (boxed: a
+    /// command is large, and a refusal is the rarer path).
+    pub fn try_add(
+        &mut self,
+        request_id: Option<String>,
+        command: Command,
+    ) -> Result<(), Box<Item>> {
+        let item = Item {
+            request_id,
+            command,
+        };
+        let Some(names) = admits(&item.command) else {
+            return Err(Box::new(item));
+        };
+        let bytes = item_bytes(&item, names);
+        let fits = self.items.len() < ITEMS_MAX
+            && self.bytes + bytes <= ITEM_BYTES_MAX
+            && names.iter().all(|n| !self.names.contains(n));
+        if !fits {
+            return Err(Box::new(item));
+        }
+        self.names.extend(names.iter().cloned());
+        self.bytes += bytes;
+        self.items.push(item);
+        Ok(())
+    }
+
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    /// The items, in the order they were added.
+    pub fn into_items(self) -> Vec<Item> {
+        self.items
+    }
+}
+
+/// What apply checks of item `position` before running it, with `named` the locks the
+/// earlier items named (extended here). The leader never proposes an item this refuses; a
+/// log written by another leader is still judged by the same rule on every node.
+pub(crate) fn check(
+    position: usize,
+    item: &Item,
+    index: u64,
+    named: &mut BTreeSet<String>,
+) -> Result<(), ApplyError> {
+    let invalid = |reason: String| Err(ApplyError::Invalid { reason });
+    if position >= ITEMS_MAX {
+        return invalid(format!("a many entry carries at most {ITEMS_MAX} items"));
+    }
+    let Some(names) = admits(&item.command) else {
+        return invalid(format!(
+            "a many entry carries lock acquires and releases only, not {}",
+            item.command.kind()
+        ));
+    };
+    if let Some(name) = names.iter().find(|n| named.contains(*n)) {
+        return invalid(format!("lock {name} is named twice in one many entry"));
+    }
+    named.extend(names.iter().cloned());
+    if let Command::LockRelease {
+        name,
+        lease_id,
+        token,
+    } = item.command.inner()
+    {
+        // A hold granted by this very entry: its token was not yet known to anyone.
+        if *token == index {
+            return Err(ApplyError::NotHolder {
+                name: name.clone(),
+                lease_id: *lease_id,
+                token: *token,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The commands an applied entry answered, each with its response: every item of a
+/// `Command::Many` entry, or the entry's own command. For observers (metrics) that count
+/// per command.
+pub fn answered<'a>(
+    command: &'a Command,
+    response: &'a Response,
+) -> Vec<(&'a Command, &'a Response)> {
+    match (command, &response.outcome) {
+        (Command::Many { items }, Ok(Outcome::Many { responses })) => items
+            .iter()
+            .map(|item| &item.command)
+            .zip(responses)
+            .collect(),
+        _ => vec![(command, response)],
+    }
+}
+
+#[cfg(test)]
+#[path = "many_test.rs"]
+mod tests;
