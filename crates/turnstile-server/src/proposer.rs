@@ -1,14 +1,19 @@
 //! `Proposer`: the leader's group proposal. Client writes that arrive together go to Raft as
-//! one `client_write_many` message instead of one message each.
+//! one `client_write_many` message instead of one message each, and lock acquires and
+//! releases among them share log entries (`Command::Many`).
 //!
 //! Why: openraft's core runs its engine commands (an append to the log store, a wake-up of
 //! every replication task) after each message it takes from its API queue. With one message
 //! per write, 64 concurrent writes cost 64 appends and 64 rounds of replication wake-ups; as
-//! one message they cost one of each. Each write is still its own log entry, so a fencing
-//! token is still the index of the entry that granted it, and nothing about apply changes.
+//! one message they cost one of each. What is paid per entry on every node (its encoding, its
+//! sled record, its apply bookkeeping and answer) is paid once for the lock commands that
+//! share an entry. The rule that keeps a fencing token the index of the entry that granted
+//! it, and unique for an exclusive lock, is in `turnstile_core::many`: items name distinct
+//! locks, and only acquires and releases qualify. Every other write is its own entry.
 //!
-//! Batching is by arrival only, never by waiting: the proposer task takes one write, then
-//! whatever else is already queued (at most `BATCH_ENTRIES_MAX`), and sends it on at once.
+//! Batching is by arrival only, never by a timer: the proposer task takes one write, lets the
+//! tasks that are ready at that moment run once (HTTP handlers about to queue their writes),
+//! then takes whatever is queued (at most `BATCH_ENTRIES_MAX`), and sends it on at once.
 //! A write that finds at most `DIRECT_OTHERS_IN_FLIGHT_MAX` other writes in flight skips the
 //! queue and goes to Raft from its own task: a lone client, or a lock handoff racing the old
 //! holder's next acquire, pays no extra hop.
@@ -21,7 +26,7 @@ use futures::stream::BoxStream;
 use futures::StreamExt;
 use openraft::errors::{ClientWriteError, Fatal, RaftError};
 use tokio::sync::{mpsc, oneshot};
-use turnstile_core::{Envelope, Response};
+use turnstile_core::{many, Command, Envelope, Item, Outcome, Response};
 use turnstile_raft::types::{Raft, TypeConfig};
 
 /// Writes in one message to Raft at most: bounds the append (and so the fdatasync) one
@@ -84,6 +89,9 @@ pub struct Proposer<S: Sink = Raft> {
 struct Counts {
     batches: AtomicU64,
     writes: AtomicU64,
+    /// Log entries those writes went out as: fewer than the writes when several lock
+    /// commands shared a `Command::Many` entry.
+    entries: AtomicU64,
     /// Writes proposed or queued and not yet answered.
     in_flight: AtomicU64,
 }
@@ -94,6 +102,15 @@ impl Counts {
         self.batches.fetch_add(1, Ordering::Relaxed);
         self.writes.fetch_add(writes as u64, Ordering::Relaxed);
     }
+}
+
+/// What the proposer sent to Raft since the node started: `writes / batches` is the mean
+/// message, `writes / entries` the mean number of writes per log entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProposerCounts {
+    pub batches: u64,
+    pub writes: u64,
+    pub entries: u64,
 }
 
 /// One write in flight while it lives.
@@ -139,11 +156,12 @@ impl<S: Sink> Proposer<S> {
     }
 
     /// Batches and writes sent to Raft so far.
-    pub fn counts(&self) -> (u64, u64) {
-        (
-            self.counts.batches.load(Ordering::Relaxed),
-            self.counts.writes.load(Ordering::Relaxed),
-        )
+    pub fn counts(&self) -> ProposerCounts {
+        ProposerCounts {
+            batches: self.counts.batches.load(Ordering::Relaxed),
+            writes: self.counts.writes.load(Ordering::Relaxed),
+            entries: self.counts.entries.load(Ordering::Relaxed),
+        }
     }
 
     /// Proposes `env` and waits for it to apply. Dropping the future abandons only the
@@ -165,6 +183,7 @@ impl<S: Sink> Proposer<S> {
     /// A batch of one, sent from the caller's task.
     async fn write_alone(&self, env: Envelope) -> Result<WriteOutcome, ProposeError> {
         self.counts.record_batch(1);
+        self.counts.entries.fetch_add(1, Ordering::Relaxed);
         match self.sink.propose(vec![env]).await {
             Err(fatal) => Ok(Err(RaftError::Fatal(fatal))),
             Ok(mut outcomes) => outcomes.next().await.ok_or(ProposeError::Unanswered),
@@ -185,13 +204,25 @@ impl<S: Sink> Clone for Proposer<S> {
 async fn run<S: Sink>(sink: Arc<S>, mut rx: mpsc::Receiver<Pending>, counts: Arc<Counts>) {
     let mut batch = Vec::with_capacity(BATCH_ENTRIES_MAX);
     while rx.recv_many(&mut batch, BATCH_ENTRIES_MAX).await > 0 {
+        // Let every task that is ready now run first (HTTP handlers about to queue their
+        // writes), then take what they queued too: a batch gathers what is ready, not only
+        // what had been queued when this task woke. No timer: an idle node proposes at once.
+        tokio::task::yield_now().await;
+        while batch.len() < BATCH_ENTRIES_MAX {
+            match rx.try_recv() {
+                Ok(pending) => batch.push(pending),
+                Err(_) => break,
+            }
+        }
         counts.record_batch(batch.len());
-        let (envs, replies): (Vec<Envelope>, Vec<_>) =
-            batch.drain(..).map(|p| (p.env, p.reply)).unzip();
+        let (envs, replies) = entries(batch.drain(..));
+        counts
+            .entries
+            .fetch_add(envs.len() as u64, Ordering::Relaxed);
         match sink.propose(envs).await {
             // Nothing was appended: a definite failure for each.
             Err(fatal) => {
-                for reply in replies {
+                for reply in replies.into_iter().flat_map(Replies::into_senders) {
                     let _ = reply.send(Err(RaftError::Fatal(fatal.clone())));
                 }
             }
@@ -204,16 +235,156 @@ async fn run<S: Sink>(sink: Arc<S>, mut rx: mpsc::Receiver<Pending>, counts: Arc
     }
 }
 
-/// Pairs the batch's outcomes with its callers in order. When the stream ends early (Raft
-/// stopped), the callers left are dropped unanswered: their entries may have been appended,
-/// so their outcome is unknown, not failed.
-async fn hand_out(mut outcomes: Outcomes, replies: Vec<oneshot::Sender<WriteOutcome>>) {
+/// Who waits for one entry's outcome: the caller of a plain entry, or one caller per item of a
+/// `Command::Many` entry.
+enum Replies {
+    One(oneshot::Sender<WriteOutcome>),
+    Many(Vec<oneshot::Sender<WriteOutcome>>),
+}
+
+impl Replies {
+    fn into_senders(self) -> Vec<oneshot::Sender<WriteOutcome>> {
+        match self {
+            Replies::One(reply) => vec![reply],
+            Replies::Many(replies) => replies,
+        }
+    }
+
+    /// Answers the callers of one entry. An entry answered with something other than one
+    /// response per item is a bug here or in apply: its callers are dropped unanswered (their
+    /// outcome is unknown to them) rather than told something made up.
+    fn answer(self, outcome: WriteOutcome) {
+        match self {
+            Replies::One(reply) => {
+                let _ = reply.send(outcome);
+            }
+            Replies::Many(replies) => match outcome {
+                Err(e) => {
+                    for reply in replies {
+                        let _ = reply.send(Err(e.clone()));
+                    }
+                }
+                Ok(Response {
+                    outcome: Ok(Outcome::Many { responses }),
+                    ..
+                }) if responses.len() == replies.len() => {
+                    for (reply, response) in replies.into_iter().zip(responses) {
+                        let _ = reply.send(Ok(response));
+                    }
+                }
+                Ok(other) => {
+                    tracing::error!(
+                        items = replies.len(),
+                        response = ?other,
+                        "a many entry was not answered item by item; its writes' outcomes are unknown"
+                    );
+                }
+            },
+        }
+    }
+}
+
+/// The entries for the writes taken from the queue, in their order: consecutive writes that
+/// `turnstile_core::many` admits together share one `Command::Many` entry, every other write
+/// is an entry of its own.
+fn entries(pending: impl Iterator<Item = Pending>) -> (Vec<Envelope>, Vec<Replies>) {
+    let mut envs = Vec::new();
+    let mut replies = Vec::new();
+    let mut open = Open::default();
+    for Pending { env, reply } in pending {
+        let Envelope {
+            now_ms,
+            request_id,
+            command,
+        } = env;
+        let Err(item) = open.batch.try_add(request_id, command) else {
+            open.add(now_ms, reply);
+            continue;
+        };
+        open.close(&mut envs, &mut replies);
+        let Item {
+            request_id,
+            command,
+        } = *item;
+        match open.batch.try_add(request_id, command) {
+            Ok(()) => open.add(now_ms, reply),
+            Err(item) => {
+                let Item {
+                    request_id,
+                    command,
+                } = *item;
+                envs.push(Envelope {
+                    now_ms,
+                    request_id,
+                    command,
+                });
+                replies.push(Replies::One(reply));
+            }
+        }
+    }
+    open.close(&mut envs, &mut replies);
+    (envs, replies)
+}
+
+/// The `Command::Many` entry being gathered.
+#[derive(Default)]
+struct Open {
+    batch: many::Batch,
+    replies: Vec<oneshot::Sender<WriteOutcome>>,
+    /// The newest leader stamp of its writes (they are all from this leader's clock).
+    now_ms: u64,
+}
+
+impl Open {
+    fn add(&mut self, now_ms: u64, reply: oneshot::Sender<WriteOutcome>) {
+        self.now_ms = self.now_ms.max(now_ms);
+        self.replies.push(reply);
+    }
+
+    /// Ends the entry: one item goes as a plain entry, several as `Command::Many`.
+    fn close(&mut self, envs: &mut Vec<Envelope>, replies: &mut Vec<Replies>) {
+        let Open {
+            batch,
+            replies: senders,
+            now_ms,
+        } = std::mem::take(self);
+        let mut items = batch.into_items();
+        match (items.len(), senders.len()) {
+            (0, _) => {}
+            (1, 1) => {
+                let Item {
+                    request_id,
+                    command,
+                } = items.remove(0);
+                envs.push(Envelope {
+                    now_ms,
+                    request_id,
+                    command,
+                });
+                replies.extend(senders.into_iter().map(Replies::One));
+            }
+            _ => {
+                envs.push(Envelope {
+                    now_ms,
+                    request_id: None,
+                    command: Command::Many { items },
+                });
+                replies.push(Replies::Many(senders));
+            }
+        }
+    }
+}
+
+/// Pairs the batch's outcomes with its entries' callers in order. When the stream ends early
+/// (Raft stopped), the callers left are dropped unanswered: their entries may have been
+/// appended, so their outcome is unknown, not failed.
+async fn hand_out(mut outcomes: Outcomes, replies: Vec<Replies>) {
     for reply in replies {
         let Some(outcome) = outcomes.next().await else {
             return;
         };
         // A caller that stopped waiting dropped its receiver; nothing to tell it.
-        let _ = reply.send(outcome);
+        reply.answer(outcome);
     }
 }
 

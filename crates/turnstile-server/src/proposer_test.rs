@@ -23,6 +23,7 @@ enum Script {
 struct ScriptedSink {
     script: Script,
     batches: Arc<Mutex<Vec<usize>>>,
+    entries: Arc<Mutex<Vec<Vec<usize>>>>,
 }
 
 impl Sink for ScriptedSink {
@@ -31,8 +32,17 @@ impl Sink for ScriptedSink {
             .lock()
             .expect("no test thread panics holding the lock")
             .push(envs.len());
+        self.entries
+            .lock()
+            .expect("no test thread panics holding the lock")
+            .push(shapes(&envs));
         let answered = match self.script {
-            Script::Refuse => return Err(Fatal::Stopped),
+            // Refused after a moment, as Raft would: the writes sent alone stay in flight
+            // meanwhile, so the later ones queue.
+            Script::Refuse => {
+                tokio::task::yield_now().await;
+                return Err(Fatal::Stopped);
+            }
             Script::Apply => envs.len(),
             Script::StopAfter(n) => n,
         };
@@ -49,18 +59,44 @@ fn later(outcomes: Vec<WriteOutcome>) -> Outcomes {
         .boxed()
 }
 
+/// Answers an entry as apply would, with each write's number (its request id) as revision: a
+/// plain entry with one response, a `Command::Many` entry with one per item.
 fn applied(env: &Envelope) -> WriteOutcome {
-    let number = env
-        .request_id
-        .as_deref()
-        .and_then(|id| id.parse().ok())
-        .expect("every test write carries its number as request id");
-    Ok(Response {
-        revision: number,
+    let response = |request_id: &Option<String>, outcome| Response {
+        revision: request_id
+            .as_deref()
+            .and_then(|id| id.parse().ok())
+            .expect("every test write carries its number as request id"),
         term: 1,
         replayed: false,
-        outcome: Ok(Outcome::Applied),
-    })
+        outcome,
+    };
+    match &env.command {
+        Command::Many { items } => {
+            assert!(items.len() >= 2, "a many entry of {} items", items.len());
+            let responses = items
+                .iter()
+                .map(|item| response(&item.request_id, Ok(Outcome::Applied)))
+                .collect();
+            Ok(Response {
+                revision: 0,
+                term: 1,
+                replayed: false,
+                outcome: Ok(Outcome::Many { responses }),
+            })
+        }
+        _ => Ok(response(&env.request_id, Ok(Outcome::Applied))),
+    }
+}
+
+/// Writes per entry of each batch: 1 for a plain entry, the items of a `Command::Many`.
+fn shapes(envs: &[Envelope]) -> Vec<usize> {
+    envs.iter()
+        .map(|env| match &env.command {
+            Command::Many { items } => items.len(),
+            _ => 1,
+        })
+        .collect()
 }
 
 fn write(number: u64) -> Envelope {
@@ -72,12 +108,47 @@ fn write(number: u64) -> Envelope {
 }
 
 fn start(script: Script) -> (Proposer<ScriptedSink>, Arc<Mutex<Vec<usize>>>) {
+    let (proposer, batches, _) = start_recording(script);
+    (proposer, batches)
+}
+
+/// `start`, also recording the shape of each batch's entries (`shapes`).
+#[allow(clippy::type_complexity)]
+fn start_recording(
+    script: Script,
+) -> (
+    Proposer<ScriptedSink>,
+    Arc<Mutex<Vec<usize>>>,
+    Arc<Mutex<Vec<Vec<usize>>>>,
+) {
     let batches = Arc::new(Mutex::new(Vec::new()));
+    let entries = Arc::new(Mutex::new(Vec::new()));
     let sink = ScriptedSink {
         script,
         batches: batches.clone(),
+        entries: entries.clone(),
     };
-    (Proposer::start(sink), batches)
+    (Proposer::start(sink), batches, entries)
+}
+
+/// Write `number` as a lock acquire of `name`.
+fn lock_write(number: u64, name: &str) -> Envelope {
+    Envelope {
+        now_ms: number,
+        request_id: Some(number.to_string()),
+        command: Command::LockAcquire {
+            name: name.into(),
+            lease_id: 1,
+        },
+    }
+}
+
+/// Sends `envs` (numbered from 1) as `write_all` does.
+async fn send_all<S: Sink>(
+    proposer: &Proposer<S>,
+    envs: Vec<Envelope>,
+) -> Vec<Result<WriteOutcome, ProposeError>> {
+    tokio::task::unconstrained(join_all(envs.into_iter().map(|env| proposer.write(env)))).await
 }
 
 /// Sends writes `1..=n` before the proposer task runs, then waits for all of them: the
@@ -107,7 +178,12 @@ async fn writes_queued_together_leave_as_one_batch_and_each_gets_its_own_outcome
         );
     }
     assert_eq!(*batches.lock().expect("no poison"), vec![1, 1, 8]);
-    assert_eq!(proposer.counts(), (3, 10));
+    let counts = ProposerCounts {
+        batches: 3,
+        writes: 10,
+        entries: 10,
+    };
+    assert_eq!(proposer.counts(), counts);
 }
 
 #[tokio::test]
@@ -189,5 +265,116 @@ async fn an_applied_error_reaches_its_own_caller() {
         let response = outcome.expect("queued").expect("answered");
         assert_eq!(response.revision, i);
         assert_eq!(response.outcome.is_err(), i % 2 == 1, "write {i}");
+    }
+}
+
+/// Queued lock writes share `Command::Many` entries, split where a lock is named again or a
+/// write of another kind comes between, in arrival order; each caller gets its own item's
+/// response.
+#[tokio::test]
+async fn queued_lock_writes_share_entries_split_by_repeated_locks_and_other_writes() {
+    let (proposer, batches, entries) = start_recording(Script::Apply);
+    let envs = vec![
+        lock_write(1, "a1"),
+        lock_write(2, "a2"),
+        lock_write(3, "a3"),
+        lock_write(4, "a4"),
+        lock_write(5, "x"),
+        lock_write(6, "x"),
+        lock_write(7, "a7"),
+        write(8),
+        lock_write(9, "a9"),
+        write(10),
+        lock_write(11, "a11"),
+        lock_write(12, "a12"),
+    ];
+    for (i, outcome) in (1..).zip(send_all(&proposer, envs).await) {
+        let response = outcome.expect("queued").expect("applied");
+        assert_eq!(
+            response.revision, i,
+            "write {i} got another write's outcome"
+        );
+    }
+    // Writes 1 and 2 went alone; 3 to 12 were one batch of six entries.
+    assert_eq!(*batches.lock().expect("no poison"), vec![1, 1, 6]);
+    assert_eq!(
+        *entries.lock().expect("no poison"),
+        vec![vec![1], vec![1], vec![3, 2, 1, 1, 1, 2]]
+    );
+    let counts = ProposerCounts {
+        batches: 3,
+        writes: 12,
+        entries: 8,
+    };
+    assert_eq!(proposer.counts(), counts);
+}
+
+#[tokio::test]
+async fn a_refused_many_entry_fails_every_write_in_it() {
+    let (proposer, _, entries) = start_recording(Script::Refuse);
+    let envs = (1..=5).map(|i| lock_write(i, &format!("l{i}"))).collect();
+    for outcome in send_all(&proposer, envs).await {
+        assert!(
+            matches!(outcome, Ok(Err(RaftError::Fatal(Fatal::Stopped)))),
+            "{outcome:?}"
+        );
+    }
+    assert_eq!(entries.lock().expect("no poison")[2], vec![3]);
+}
+
+/// Raft stopped before answering the many entry: all three of its writes are unknown.
+#[tokio::test]
+async fn writes_of_an_unanswered_many_entry_are_unanswered_not_failed() {
+    let (proposer, _, _) = start_recording(Script::StopAfter(0));
+    let envs = (1..=5).map(|i| lock_write(i, &format!("l{i}"))).collect();
+    let outcomes = send_all(&proposer, envs).await;
+    assert!(outcomes[..2]
+        .iter()
+        .all(|o| matches!(o, Err(ProposeError::Unanswered))));
+    for outcome in &outcomes[2..] {
+        assert!(
+            matches!(outcome, Err(ProposeError::Unanswered)),
+            "{outcome:?}"
+        );
+    }
+}
+
+/// A many entry answered with something other than one response per item (a bug): its
+/// callers learn that their outcome is unknown, never someone else's answer.
+#[tokio::test]
+async fn a_many_entry_answered_whole_leaves_its_writes_unanswered() {
+    struct Whole;
+    impl Sink for Whole {
+        async fn propose(&self, envs: Vec<Envelope>) -> Result<Outcomes, Fatal<TypeConfig>> {
+            let outcomes: Vec<WriteOutcome> = envs
+                .iter()
+                .map(|env| match env.command {
+                    Command::Many { .. } => Ok(Response {
+                        revision: 99,
+                        term: 1,
+                        replayed: false,
+                        outcome: Ok(Outcome::Applied),
+                    }),
+                    _ => applied(env),
+                })
+                .collect();
+            Ok(later(outcomes))
+        }
+    }
+    let proposer = Proposer::start(Whole);
+    let envs = (1..=5).map(|i| lock_write(i, &format!("l{i}"))).collect();
+    let outcomes = send_all(&proposer, envs).await;
+    for (i, outcome) in (1..).zip(&outcomes) {
+        if i <= 2 {
+            assert!(
+                matches!(outcome, Ok(Ok(r)) if r.revision == i),
+                "{outcome:?}"
+            );
+        } else {
+            assert!(
+                matches!(outcome, Err(ProposeError::Unanswered)),
+                "write {i}: {outcome:?}"
+            );
+        }
     }
 }

@@ -1,7 +1,8 @@
 //! Group proposal (`turnstile_server::proposer`): writes sent together, through the leader and
-//! through followers, each get their own entry's answer. A batch that paired an answer with
-//! the wrong caller would show here as a revision that is not the key's `mod_revision`, or a
-//! token that is not the lock's holder.
+//! through followers, each get their own answer, whether they had an entry of their own (puts)
+//! or shared one (acquires of different locks, `Command::Many`). A batch that paired an answer
+//! with the wrong caller would show here as a revision that is not the key's `mod_revision`,
+//! or a token that is not the lock's holder.
 
 use futures::future::join_all;
 use reqwest::Method;
@@ -38,6 +39,7 @@ async fn concurrent_writes_each_get_their_own_entry() -> anyhow::Result<()> {
     .await;
 
     let mut revisions = Vec::new();
+    let mut tokens = Vec::new();
     for (i, put) in (0..WRITERS).zip(puts) {
         let (code, v) = put?;
         assert_eq!(code, 200, "put k{i}: {v}");
@@ -64,19 +66,33 @@ async fn concurrent_writes_each_get_their_own_entry() -> anyhow::Result<()> {
             lock["holders"][0]["token"], granted,
             "l{i} got another acquire's answer: {lock}"
         );
-        revisions.push(granted);
+        tokens.push(granted);
     }
+    // A put is an entry of its own; acquires of different locks may share one
+    // (`Command::Many`), whose index is then the token of each of its grants.
     revisions.sort_unstable();
     revisions.dedup();
     assert_eq!(
         revisions.len() as u64,
-        2 * WRITERS,
-        "every write has its own entry"
+        WRITERS,
+        "every put has its own entry"
+    );
+    assert!(
+        tokens.iter().all(|t| revisions.binary_search(t).is_err()),
+        "an acquire shared an entry with a put"
     );
 
-    let after = c.status(leader).await?["proposer"]["writes"]
+    let proposer = c.status(leader).await?["proposer"].clone();
+    let after = proposer["writes"]
         .as_u64()
         .expect("/v1/cluster reports the proposer");
+    let entries = proposer["entries"]
+        .as_u64()
+        .expect("/v1/cluster reports the proposer's entries");
+    assert!(
+        entries <= after,
+        "{entries} entries for {after} writes: {proposer}"
+    );
     assert!(
         after >= before + 2 * WRITERS,
         "the leader proposed {} writes, fewer than the {} sent",

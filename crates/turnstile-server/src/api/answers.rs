@@ -261,6 +261,8 @@ pub struct LogAnswer {
 pub struct ProposerAnswer {
     pub batches: u64,
     pub writes: u64,
+    /// Log entries those writes went out as (several lock commands may share one).
+    pub entries: u64,
 }
 
 /// `GET /v1/cluster`: this node's view (not a linearizable read).

@@ -114,8 +114,12 @@ pub async fn cluster(
         acks_dropped: app.acks.dropped(),
         recent_leaders: app.term_leaders.recent(),
         proposer: {
-            let (batches, writes) = app.proposer.counts();
-            ProposerAnswer { batches, writes }
+            let counts = app.proposer.counts();
+            ProposerAnswer {
+                batches: counts.batches,
+                writes: counts.writes,
+                entries: counts.entries,
+            }
         },
     }))
 }

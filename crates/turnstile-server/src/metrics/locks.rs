@@ -13,7 +13,9 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
-use turnstile_core::{Applied, ApplyError, Envelope, Event, Outcome, ReleaseCause, State};
+use turnstile_core::{
+    many, Applied, ApplyError, Envelope, Event, Outcome, ReleaseCause, Response, State,
+};
 use turnstile_raft::apply_observer::ApplyObserver;
 
 use super::books::{Books, HoldInfo, LockKind, WaitInfo};
@@ -278,8 +280,8 @@ impl LockMetrics {
     }
 
     /// A new queued wait, from the entry's own response.
-    fn on_response(&self, ledger: &mut Ledger, state: &State, applied: &Applied) {
-        let Ok(Outcome::Queued { waiter_id }) = &applied.response.outcome else {
+    fn on_response(&self, ledger: &mut Ledger, state: &State, response: &Response) {
+        let Ok(Outcome::Queued { waiter_id }) = &response.outcome else {
             return;
         };
         let Some(wait) = WaitInfo::of_ticket(state, waiter_id) else {
@@ -298,14 +300,19 @@ impl ApplyObserver for LockMetrics {
         let mut ledger = self.ledger();
         let ttl_expired = self.on_events(&mut ledger, state, index);
         self.on_notices(&mut ledger, state, applied, &ttl_expired);
-        if applied.response.replayed {
-            // The stored first outcome: whatever it did was counted when it happened.
-            let labels = CommandLabels {
-                command: env.command.kind(),
-            };
-            self.replays.get_or_create(&labels).inc();
-        } else {
-            self.on_response(&mut ledger, state, applied);
+        // Each command of the entry (every item of a `Command::Many`). A wait that a later
+        // item of the same entry ended (queued, then handed the lock by a release beside it)
+        // has no ticket left here and is not counted as a wait: it lasted no time.
+        for (command, response) in many::answered(&env.command, &applied.response) {
+            if response.replayed {
+                // The stored first outcome: whatever it did was counted when it happened.
+                let labels = CommandLabels {
+                    command: command.kind(),
+                };
+                self.replays.get_or_create(&labels).inc();
+            } else {
+                self.on_response(&mut ledger, state, response);
+            }
         }
         // An entry with more events than the watch history holds lost its oldest ones: some
         // grants or releases went unseen, so re-read holds and waits from the state itself.

@@ -63,16 +63,21 @@ pub fn sampled(app: &App, log: &SyncStatsHandle) -> Registry {
         "Queued acquires whose HTTP request this node holds open; node-local",
         ConstGauge::new(app.waiters.len() as u64),
     );
-    let (batches, writes) = app.proposer.counts();
+    let counts = app.proposer.counts();
     r.register(
         "proposer_batches",
         "Messages to Raft carrying client writes this node proposed as leader; node-local",
-        ConstCounter::new(batches),
+        ConstCounter::new(counts.batches),
     );
     r.register(
         "proposer_writes",
         "Client writes this node proposed as leader (writes / batches is the mean batch); node-local",
-        ConstCounter::new(writes),
+        ConstCounter::new(counts.writes),
+    );
+    r.register(
+        "proposer_entries",
+        "Log entries the proposed client writes went out as (writes / entries is the mean number of lock commands per entry); node-local",
+        ConstCounter::new(counts.entries),
     );
     r
 }
