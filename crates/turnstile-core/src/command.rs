@@ -202,7 +202,8 @@ pub enum Command {
     /// its own response (`Outcome::Many`): the leader's group proposal of concurrent acquires
     /// and releases. Only commands that `crate::many` admits, no two naming the same lock, so
     /// one entry never grants an exclusive lock twice and a token stays the index of the entry
-    /// that granted it (`crate::many` has the rule and why it suffices).
+    /// that granted it (`crate::many` has the rule and why it suffices). The envelope's own
+    /// `request_id` is not used: each item carries its own.
     Many {
         items: Vec<Item>,
     },

@@ -155,7 +155,7 @@ impl<S: Sink> Proposer<S> {
         }
     }
 
-    /// Batches and writes sent to Raft so far.
+    /// Batches, writes and entries sent to Raft so far.
     pub fn counts(&self) -> ProposerCounts {
         ProposerCounts {
             batches: self.counts.batches.load(Ordering::Relaxed),
