@@ -26,6 +26,8 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 const POLL_INTERVAL: Duration = Duration::from_millis(100);
 /// Largest protocol message read (a full-page screenshot is the largest).
 const MESSAGE_BYTES_MAX: usize = 64 * 1024 * 1024;
+/// Longest wait, when a browser is dropped, for it to exit after it was killed.
+const EXIT_WAIT: Duration = Duration::from_secs(5);
 
 /// The Chromium binary: `TURNSTILE_CHROMIUM`, else the first of the usual names on `PATH`.
 pub fn chromium() -> Option<PathBuf> {
@@ -38,9 +40,10 @@ pub fn chromium() -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-/// One headless browser with one page. Dropping it kills the browser.
+/// One headless browser with one page. Dropping it kills the browser and its helper processes,
+/// then removes its profile.
 pub struct Browser {
-    _child: tokio::process::Child,
+    child: tokio::process::Child,
     _profile: tempfile::TempDir,
     ws: WebSocketStream<MaybeTlsStream<TcpStream>>,
     session: String,
@@ -51,6 +54,8 @@ impl Browser {
     /// Starts `binary` headless and opens a blank page. `args` are extra command-line flags.
     pub async fn launch(binary: &Path, args: &[&str]) -> anyhow::Result<Browser> {
         let profile = tempfile::tempdir()?;
+        let tmp = profile.path().join("tmp");
+        std::fs::create_dir(&tmp)?;
         let mut cmd = tokio::process::Command::new(binary);
         cmd.args([
             "--headless=new",
@@ -70,11 +75,14 @@ impl Browser {
         ])
         .arg(format!("--user-data-dir={}", profile.path().display()))
         .args(args)
+        // Chromium's own temp files go inside the profile, which is removed with it.
+        .env("TMPDIR", &tmp)
+        // The browser and every helper it starts form one group, killed together.
+        .process_group(0)
         .arg("about:blank")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .kill_on_drop(true);
+        .stderr(Stdio::null());
         let mut child = cmd
             .spawn()
             .with_context(|| format!("starting {}", binary.display()))?;
@@ -110,7 +118,7 @@ impl Browser {
                 .await
                 .with_context(|| format!("connecting to {ws_url}"))?;
         let mut browser = Browser {
-            _child: child,
+            child,
             _profile: profile,
             ws,
             session: String::new(),
@@ -222,5 +230,27 @@ impl Browser {
             .await?;
         let data = r["data"].as_str().context("screenshot data")?;
         Ok(base64::engine::general_purpose::STANDARD.decode(data)?)
+    }
+}
+
+impl Drop for Browser {
+    /// Kills the whole process group and waits for the browser itself, so the profile is
+    /// removed after nothing writes to it. (Killing only the browser left its helpers running
+    /// for a moment: they recreated `Default/` in the removed profile, and Chromium's own
+    /// temp dir stayed in /tmp.)
+    fn drop(&mut self) {
+        if let Some(pid) = self.child.id().and_then(|id| i32::try_from(id).ok()) {
+            let _ = nix::sys::signal::killpg(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        let deadline = std::time::Instant::now() + EXIT_WAIT;
+        while std::time::Instant::now() < deadline {
+            match self.child.try_wait() {
+                Ok(None) => std::thread::sleep(POLL_INTERVAL / 10),
+                Ok(Some(_)) | Err(_) => break,
+            }
+        }
     }
 }
