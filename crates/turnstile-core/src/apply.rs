@@ -86,15 +86,9 @@ impl State {
         command: &Command,
         expired: Vec<u64>,
     ) -> Response {
-        let (index, term) = (ctx.index, ctx.term);
-        let respond = |outcome| Response {
-            revision: index,
-            term,
-            replayed: false,
-            outcome,
-        };
         let Some(request_id) = request_id else {
-            return respond(self.run(ctx, command, None, expired, None));
+            let outcome = self.run(ctx, command, None, expired, None);
+            return respond(ctx, outcome);
         };
         let sha = command_sha256(command);
         if let Some(record) = self.requests.get(request_id) {
@@ -103,26 +97,36 @@ impl State {
                 response.replayed = true;
                 return response;
             }
-            return respond(Err(ApplyError::RequestIdReused {
-                request_id: request_id.to_string(),
-            }));
+            return respond(
+                ctx,
+                Err(ApplyError::RequestIdReused {
+                    request_id: request_id.to_string(),
+                }),
+            );
         }
         if let Some(principal) = auth::request_id_principal(request_id).filter(|p| *p != auth::ROOT)
         {
             let limit = self.auth.quotas(principal).request_records();
             if self.auth.usage_of(principal).request_records >= limit {
-                return respond(Err(ApplyError::QuotaExceeded {
-                    quota: "request_records".into(),
-                    limit,
-                }));
+                return respond(
+                    ctx,
+                    Err(ApplyError::QuotaExceeded {
+                        quota: "request_records".into(),
+                        limit,
+                    }),
+                );
             }
         }
         if self.requests.len() >= limits::REQUEST_RECORDS_MAX {
-            return respond(Err(ApplyError::LimitReached {
-                limit: "request_records_max".into(),
-            }));
+            return respond(
+                ctx,
+                Err(ApplyError::LimitReached {
+                    limit: "request_records_max".into(),
+                }),
+            );
         }
-        let response = respond(self.run(ctx, command, Some(request_id), expired, None));
+        let outcome = self.run(ctx, command, Some(request_id), expired, None);
+        let response = respond(ctx, outcome);
         self.record_request(request_id, sha, command, &response);
         response
     }

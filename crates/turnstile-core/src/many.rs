@@ -85,15 +85,7 @@ impl Batch {
     /// Adds the command if `Command::Many` admits it and it fits: no lock named twice, at
     /// most `ITEMS_MAX` items and `ITEM_BYTES_MAX` bytes. Gives it back otherwise (boxed: a
     /// command is large, and a refusal is the rarer path).
-    pub fn try_add(
-        &mut self,
-        request_id: Option<String>,
-        command: Command,
-    ) -> Result<(), Box<Item>> {
-        let item = Item {
-            request_id,
-            command,
-        };
+    pub fn try_add(&mut self, item: Item) -> Result<(), Box<Item>> {
         let Some(names) = admits(&item.command) else {
             return Err(Box::new(item));
         };

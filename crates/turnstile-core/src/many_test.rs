@@ -101,39 +101,43 @@ fn wait_for(names: &[&str], lease_id: u64) -> Command {
     }
 }
 
+/// `Batch::try_add` of the item made of `request_id` and `command`.
+fn add(batch: &mut Batch, request_id: Option<String>, command: Command) -> Result<(), Box<Item>> {
+    batch.try_add(Item {
+        request_id,
+        command,
+    })
+}
+
 #[test]
 fn the_leader_batches_lock_commands_on_distinct_locks_only() {
     let mut batch = Batch::default();
-    assert!(batch.try_add(Some("r1".into()), acquire("a", 1)).is_ok());
-    assert!(batch.try_add(None, release("b", 1, 7)).is_ok());
+    assert!(add(&mut batch, Some("r1".into()), acquire("a", 1)).is_ok());
+    assert!(add(&mut batch, None, release("b", 1, 7)).is_ok());
     let as_root = Command::As {
         principal: "alice".into(),
         token_id: None,
         command: Box::new(wait_for(&["c", "d"], 2)),
     };
-    assert!(batch.try_add(Some("r2".into()), as_root).is_ok());
+    assert!(add(&mut batch, Some("r2".into()), as_root).is_ok());
     // A lock named again, by any kind of item: refused, and given back whole.
-    let again = batch.try_add(Some("r3".into()), wait_for(&["e", "a"], 3));
+    let again = add(&mut batch, Some("r3".into()), wait_for(&["e", "a"], 3));
     assert_eq!(
         again.map_err(|item| item.request_id),
         Err(Some("r3".into()))
     );
-    assert!(batch.try_add(None, release("d", 2, 9)).is_err());
+    assert!(add(&mut batch, None, release("d", 2, 9)).is_err());
     // Anything but an acquire or a release: refused.
-    assert!(batch
-        .try_add(None, Command::LeaseGrant { ttl_ms: 5_000 })
-        .is_err());
-    assert!(batch
-        .try_add(None, Command::LeaseRevoke { lease_id: 1 })
-        .is_err());
-    assert!(batch
-        .try_add(
-            None,
-            Command::Cancel {
-                waiter_id: "r2".into()
-            }
-        )
-        .is_err());
+    assert!(add(&mut batch, None, Command::LeaseGrant { ttl_ms: 5_000 }).is_err());
+    assert!(add(&mut batch, None, Command::LeaseRevoke { lease_id: 1 }).is_err());
+    assert!(add(
+        &mut batch,
+        None,
+        Command::Cancel {
+            waiter_id: "r2".into()
+        }
+    )
+    .is_err());
     assert_eq!(batch.len(), 3);
 }
 
@@ -141,7 +145,7 @@ fn the_leader_batches_lock_commands_on_distinct_locks_only() {
 fn a_batch_is_bounded_in_items_and_bytes() {
     let mut batch = Batch::default();
     for i in 0..ITEMS_MAX + 10 {
-        let _ = batch.try_add(None, acquire(&format!("l{i}"), 1));
+        let _ = add(&mut batch, None, acquire(&format!("l{i}"), 1));
     }
     assert_eq!(batch.len(), ITEMS_MAX);
 
@@ -157,7 +161,7 @@ fn a_batch_is_bounded_in_items_and_bytes() {
             permits: None,
             wait: false,
         };
-        if batch.try_add(None, cmd).is_ok() {
+        if add(&mut batch, None, cmd).is_ok() {
             taken += 1;
         }
     }
@@ -344,7 +348,7 @@ fn a_full_batch_encodes_within_the_bound() {
                 "{i:04}{}",
                 max('r', crate::limits::REQUEST_ID_BYTES_MAX - 4)
             );
-            let _ = batch.try_add(Some(request_id), command);
+            let _ = add(&mut batch, Some(request_id), command);
         }
         assert!(!batch.is_empty());
         let env = Envelope {

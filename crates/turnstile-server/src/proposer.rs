@@ -292,38 +292,35 @@ fn entries(pending: impl Iterator<Item = Pending>) -> (Vec<Envelope>, Vec<Replie
     let mut replies = Vec::new();
     let mut open = Open::default();
     for Pending { env, reply } in pending {
-        let Envelope {
-            now_ms,
-            request_id,
-            command,
-        } = env;
-        let Err(item) = open.batch.try_add(request_id, command) else {
+        let now_ms = env.now_ms;
+        let item = Item {
+            request_id: env.request_id,
+            command: env.command,
+        };
+        let Err(item) = open.batch.try_add(item) else {
             open.add(now_ms, reply);
             continue;
         };
         open.close(&mut envs, &mut replies);
-        let Item {
-            request_id,
-            command,
-        } = *item;
-        match open.batch.try_add(request_id, command) {
+        match open.batch.try_add(*item) {
             Ok(()) => open.add(now_ms, reply),
             Err(item) => {
-                let Item {
-                    request_id,
-                    command,
-                } = *item;
-                envs.push(Envelope {
-                    now_ms,
-                    request_id,
-                    command,
-                });
+                envs.push(envelope(now_ms, *item));
                 replies.push(Replies::One(reply));
             }
         }
     }
     open.close(&mut envs, &mut replies);
     (envs, replies)
+}
+
+/// A plain entry of one write.
+fn envelope(now_ms: u64, item: Item) -> Envelope {
+    Envelope {
+        now_ms,
+        request_id: item.request_id,
+        command: item.command,
+    }
 }
 
 /// The `Command::Many` entry being gathered.
@@ -349,18 +346,10 @@ impl Open {
             now_ms,
         } = std::mem::take(self);
         let mut items = batch.into_items();
-        match (items.len(), senders.len()) {
-            (0, _) => {}
-            (1, 1) => {
-                let Item {
-                    request_id,
-                    command,
-                } = items.remove(0);
-                envs.push(Envelope {
-                    now_ms,
-                    request_id,
-                    command,
-                });
+        match items.len() {
+            0 => {}
+            1 => {
+                envs.push(envelope(now_ms, items.remove(0)));
                 replies.extend(senders.into_iter().map(Replies::One));
             }
             _ => {

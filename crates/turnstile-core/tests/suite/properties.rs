@@ -111,12 +111,8 @@ fn command() -> impl Strategy<Value = Command> {
             .prop_map(|lease_ids| Command::LeaseKeepalive { lease_ids }),
         id().prop_map(|lease_id| Command::LeaseRevoke { lease_id }),
         prop::collection::vec(id(), 0..4).prop_map(|lease_ids| Command::Expire { lease_ids }),
-        (name(), id()).prop_map(|(name, lease_id)| Command::LockAcquire { name, lease_id }),
-        (name(), id(), id()).prop_map(|(name, lease_id, token)| Command::LockRelease {
-            name,
-            lease_id,
-            token
-        }),
+        lock_acquire(),
+        lock_release(id()),
         (name(), name(), prop::option::of(id()), condition(), fence()).prop_map(
             |(key, value, lease_id, condition, fence)| {
                 Command::KvPut {
@@ -189,16 +185,32 @@ fn command() -> impl Strategy<Value = Command> {
                 success,
                 failure
             }),
-        (prop::collection::vec(name(), 1..3), id(), 0u64..3).prop_map(
-            |(names, lease_id, wait_ms)| Command::AcquireFor {
-                names,
-                lease_id,
-                mode: LockMode::Exclusive,
-                permits: None,
-                wait_ms,
-            }
-        ),
+        acquire_for(),
     ]
+}
+
+fn lock_acquire() -> impl Strategy<Value = Command> {
+    (name(), id()).prop_map(|(name, lease_id)| Command::LockAcquire { name, lease_id })
+}
+
+fn lock_release(token: impl Strategy<Value = u64>) -> impl Strategy<Value = Command> {
+    (name(), id(), token).prop_map(|(name, lease_id, token)| Command::LockRelease {
+        name,
+        lease_id,
+        token,
+    })
+}
+
+fn acquire_for() -> impl Strategy<Value = Command> {
+    (prop::collection::vec(name(), 1..3), id(), 0u64..3).prop_map(|(names, lease_id, wait_ms)| {
+        Command::AcquireFor {
+            names,
+            lease_id,
+            mode: LockMode::Exclusive,
+            permits: None,
+            wait_ms,
+        }
+    })
 }
 
 /// A lock command `Command::Many` admits. A release's token 0 stands for the index of its
@@ -206,23 +218,7 @@ fn command() -> impl Strategy<Value = Command> {
 /// client can know yet and the rule refuses.
 fn lock_command() -> impl Strategy<Value = Command> {
     let token = prop_oneof![2 => id(), 1 => Just(0)];
-    prop_oneof![
-        (name(), id()).prop_map(|(name, lease_id)| Command::LockAcquire { name, lease_id }),
-        (name(), id(), token).prop_map(|(name, lease_id, token)| Command::LockRelease {
-            name,
-            lease_id,
-            token
-        }),
-        (prop::collection::vec(name(), 1..3), id(), 0u64..3).prop_map(
-            |(names, lease_id, wait_ms)| Command::AcquireFor {
-                names,
-                lease_id,
-                mode: LockMode::Exclusive,
-                permits: None,
-                wait_ms,
-            }
-        ),
-    ]
+    prop_oneof![lock_acquire(), lock_release(token), acquire_for()]
 }
 
 /// A `Command::Many` entry of random lock commands: often naming a lock twice (apply refuses
