@@ -55,26 +55,28 @@ impl State {
         let expired = self.expire_due(&mut ctx);
         self.expire_request_records();
         let response = match &env.command {
-            Command::Many { items } => self.apply_many(&mut ctx, items),
+            Command::Many { items } => self.apply_many(&mut ctx, many::Kind::Locks, items),
+            Command::KeyWrites { items } => self.apply_many(&mut ctx, many::Kind::Keys, items),
             command => self.apply_request(&mut ctx, env.request_id.as_deref(), command, expired),
         };
         Applied { response, notices }
     }
 
-    /// `Command::Many`: each item in order, as if alone, under the rule of `crate::many`.
-    fn apply_many(&mut self, ctx: &mut Ctx<'_>, items: &[Item]) -> Response {
+    /// `Command::Many` and `Command::KeyWrites`: each item in order, as if alone, under the
+    /// rule of `crate::many`.
+    fn apply_many(&mut self, ctx: &mut Ctx<'_>, kind: many::Kind, items: &[Item]) -> Response {
         let mut named = BTreeSet::new();
         let responses = items
             .iter()
             .enumerate()
-            .map(
-                |(position, item)| match many::check(position, item, ctx.index, &mut named) {
+            .map(|(position, item)| {
+                match many::check(kind, position, item, ctx.index, &mut named) {
                     Ok(()) => {
                         self.apply_request(ctx, item.request_id.as_deref(), &item.command, vec![])
                     }
                     Err(refusal) => respond(ctx, Err(refusal)),
-                },
-            )
+                }
+            })
             .collect();
         respond(ctx, Ok(Outcome::Many { responses }))
     }
@@ -260,8 +262,8 @@ impl State {
                 success,
                 failure,
             } => self.txn(index, viewer, compares, success, failure),
-            Command::Many { .. } => Err(ApplyError::Invalid {
-                reason: "a many entry cannot be nested".into(),
+            Command::Many { .. } | Command::KeyWrites { .. } => Err(ApplyError::Invalid {
+                reason: format!("a {} entry cannot be nested", cmd.kind()),
             }),
             Command::AuthPutRole { .. }
             | Command::AuthDeleteRole { .. }

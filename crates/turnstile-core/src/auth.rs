@@ -575,7 +575,8 @@ impl State {
             | Command::AbortWaiter { .. }
             | Command::Ack { .. }
             | Command::As { .. }
-            | Command::Many { .. } => Err(ApplyError::Invalid {
+            | Command::Many { .. }
+            | Command::KeyWrites { .. } => Err(ApplyError::Invalid {
                 reason: format!("{} is not a client command", cmd.kind()),
             }),
         }

@@ -207,9 +207,19 @@ pub enum Command {
     Many {
         items: Vec<Item>,
     },
+    /// Several key writes in one entry (`KvPut` and `KvDelete` of distinct keys, each possibly
+    /// inside `As`), applied in order as if alone, answered like `Many` (`Outcome::Many`), all
+    /// at the entry's index as their `revision`: the leader's group proposal of concurrent
+    /// writes of the HTTP API. A variant of its own, not more kinds in `Many`: a node that
+    /// does not know it stops at the entry instead of applying it differently. The etcd port
+    /// never proposes a plain `KvPut` (its puts are transactions), so each of its writes keeps
+    /// a revision of its own, as etcd's recipes expect.
+    KeyWrites {
+        items: Vec<Item>,
+    },
 }
 
-/// One command of a `Command::Many` entry.
+/// One command of a `Command::Many` or `Command::KeyWrites` entry.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Item {
     /// As `Envelope::request_id`, for this command alone.
@@ -311,6 +321,7 @@ impl Command {
             Command::Resign { .. } => "resign",
             Command::Txn { .. } => "txn",
             Command::Many { .. } => "many",
+            Command::KeyWrites { .. } => "key_writes",
         }
     }
 }

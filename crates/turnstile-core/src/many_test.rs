@@ -1,7 +1,7 @@
 //! `Command::Many`: what the leader gathers, and what apply does with each item.
 
-use super::{answered, Batch, ITEMS_MAX, ITEM_BYTES_MAX};
-use crate::command::{Command, Envelope, Item, LockMode};
+use super::{answered, Batch, Kind, ITEMS_MAX, ITEM_BYTES_MAX};
+use crate::command::{Command, Condition, Envelope, Fence, Item, LockMode};
 use crate::events::Event;
 use crate::response::{ApplyError, Outcome, Response};
 use crate::state::State;
@@ -351,17 +351,302 @@ fn a_full_batch_encodes_within_the_bound() {
             let _ = add(&mut batch, Some(request_id), command);
         }
         assert!(!batch.is_empty());
-        let env = Envelope {
-            now_ms: u64::MAX,
-            request_id: None,
-            command: Command::Many {
-                items: batch.into_items(),
-            },
-        };
-        let bytes = crate::codec::encode_envelope(&env).expect("encodes").len();
+        let bytes = encoded_bytes(batch);
         assert!(
             bytes <= ITEM_BYTES_MAX + 64,
             "{names_per_item} names an item: {bytes} bytes"
         );
     }
+}
+
+/// The encoded size of the entry `batch` becomes.
+fn encoded_bytes(batch: Batch) -> usize {
+    let (_, items) = batch.into_entry().expect("not empty");
+    let is_keys = matches!(items[0].command.inner(), Command::KvPut { .. });
+    let env = Envelope {
+        now_ms: u64::MAX,
+        request_id: None,
+        command: if is_keys {
+            Kind::Keys.command(items)
+        } else {
+            Kind::Locks.command(items)
+        },
+    };
+    crate::codec::encode_envelope(&env).expect("encodes").len()
+}
+
+/// The same bound for key writes, whose values are most of their bytes: a full batch of the
+/// largest puts (key, value, a value condition and a fence, all at their limits for the size
+/// asked) stays within the bound, and a value over it goes alone.
+#[test]
+fn a_full_batch_of_key_writes_encodes_within_the_bound() {
+    let max = |c: char, len: usize| std::iter::repeat_n(c, len).collect::<String>();
+    for value_bytes in [0, 100, 4_000, 15_000] {
+        let mut batch = Batch::default();
+        for i in 0..ITEMS_MAX {
+            let command = Command::As {
+                principal: max('p', 256),
+                token_id: Some(max('t', 64)),
+                command: Box::new(Command::KvPut {
+                    key: format!("{i:04}{}", max('k', crate::limits::KEY_BYTES_MAX - 4)),
+                    value: max('v', value_bytes),
+                    lease_id: Some(u64::MAX),
+                    condition: Some(Condition::Value(max('c', value_bytes))),
+                    fence: Some(Fence {
+                        lock: max('l', crate::limits::LOCK_NAME_BYTES_MAX),
+                        token: u64::MAX,
+                    }),
+                }),
+            };
+            let request_id = format!(
+                "{i:04}{}",
+                max('r', crate::limits::REQUEST_ID_BYTES_MAX - 4)
+            );
+            let _ = add(&mut batch, Some(request_id), command);
+        }
+        assert!(!batch.is_empty());
+        let bytes = encoded_bytes(batch);
+        assert!(
+            bytes <= ITEM_BYTES_MAX + 64,
+            "values of {value_bytes} bytes: {bytes} bytes"
+        );
+    }
+    let mut batch = Batch::default();
+    let big = put("k", &max('v', ITEM_BYTES_MAX));
+    assert!(add(&mut batch, None, big).is_err());
+}
+
+fn put(key: &str, value: &str) -> Command {
+    Command::KvPut {
+        key: key.into(),
+        value: value.into(),
+        lease_id: None,
+        condition: None,
+        fence: None,
+    }
+}
+
+fn delete(key: &str) -> Command {
+    Command::KvDelete {
+        key: key.into(),
+        condition: None,
+        fence: None,
+    }
+}
+
+#[test]
+fn the_leader_batches_key_writes_of_distinct_keys_and_never_with_lock_commands() {
+    let mut batch = Batch::default();
+    assert!(add(&mut batch, Some("r1".into()), put("a", "1")).is_ok());
+    assert!(add(&mut batch, None, delete("b")).is_ok());
+    let as_alice = Command::As {
+        principal: "alice".into(),
+        token_id: None,
+        command: Box::new(put("c", "3")),
+    };
+    assert!(add(&mut batch, Some("r2".into()), as_alice).is_ok());
+    // A key written again, by a put or a delete: refused.
+    assert!(add(&mut batch, None, put("a", "again")).is_err());
+    assert!(add(&mut batch, None, delete("c")).is_err());
+    // Lock commands go in `Many` entries, not here; and a lock named like a key is no clash
+    // for a batch of locks.
+    assert!(add(&mut batch, None, acquire("d", 1)).is_err());
+    assert!(add(
+        &mut batch,
+        None,
+        Command::CounterIncr {
+            name: "n".into(),
+            by: 1
+        }
+    )
+    .is_err());
+    let txn = Command::Txn {
+        compares: vec![],
+        success: vec![],
+        failure: vec![],
+    };
+    assert!(add(&mut batch, None, txn).is_err());
+    assert_eq!(batch.len(), 3);
+    assert_eq!(batch.into_entry().map(|(kind, _)| kind), Some(Kind::Keys));
+
+    let mut locks = Batch::default();
+    assert!(add(&mut locks, None, acquire("a", 1)).is_ok());
+    assert!(add(&mut locks, None, put("b", "1")).is_err());
+    assert_eq!(locks.into_entry().map(|(kind, _)| kind), Some(Kind::Locks));
+}
+
+/// Applies `items` as one `Command::KeyWrites` entry; returns the items' responses.
+fn key_writes(sm: &mut Sm, items: Vec<(Option<&str>, Command)>) -> Vec<Response> {
+    let items = items
+        .into_iter()
+        .map(|(request_id, command)| Item {
+            request_id: request_id.map(str::to_string),
+            command,
+        })
+        .collect();
+    match sm.apply(None, Command::KeyWrites { items }).outcome {
+        Ok(Outcome::Many { responses }) => responses,
+        other => panic!("a key-writes entry answered {other:?}"),
+    }
+}
+
+fn guarded_put(key: &str, condition: Option<Condition>, fence: Option<Fence>) -> Command {
+    Command::KvPut {
+        key: key.into(),
+        value: "v".into(),
+        lease_id: None,
+        condition,
+        fence,
+    }
+}
+
+#[test]
+fn key_writes_apply_as_if_alone_at_the_entry_index() {
+    let mut sm = Sm::new();
+    let holder = sm.lease();
+    let token = sm
+        .apply(None, acquire("f", holder))
+        .token()
+        .expect("granted");
+    let x_revision = sm.apply(None, put("x", "0")).revision;
+    let fence = |token| {
+        Some(Fence {
+            lock: "f".into(),
+            token,
+        })
+    };
+    let responses = key_writes(
+        &mut sm,
+        vec![
+            (Some("r1"), put("a", "1")),
+            (
+                None,
+                guarded_put("x", Some(Condition::ModRevision(x_revision)), None),
+            ),
+            (
+                None,
+                guarded_put("y", Some(Condition::ModRevision(999)), None),
+            ),
+            (Some("r4"), guarded_put("z", None, fence(token))),
+            (None, guarded_put("w", None, fence(token + 100))),
+            (None, delete("gone")),
+        ],
+    );
+    let index = sm.index;
+    assert!(responses.iter().all(|r| r.revision == index));
+    let ok: Vec<bool> = responses.iter().map(|r| r.outcome.is_ok()).collect();
+    assert_eq!(ok, [true, true, false, true, false, true]);
+    assert!(matches!(
+        responses[2].outcome,
+        Err(ApplyError::CompareFailed { .. })
+    ));
+    assert!(matches!(
+        responses[4].outcome,
+        Err(ApplyError::Fenced { .. })
+    ));
+    for key in ["a", "x", "z"] {
+        let record = sm.state.keys.get(key).expect("written");
+        assert_eq!(record.mod_revision, index, "{key}");
+    }
+    assert_eq!(sm.state.keys.get("a").expect("a").create_revision, index);
+    assert_eq!(
+        sm.state.keys.get("x").expect("x").create_revision,
+        x_revision
+    );
+    assert!(sm.state.keys.get("y").is_none() && sm.state.keys.get("w").is_none());
+    // One event per write that changed a key, numbered within the entry's revision.
+    let events: Vec<(u64, u32)> = sm
+        .state
+        .events
+        .range((index, 0)..(index + 1, 0))
+        .map(|(position, _)| *position)
+        .collect();
+    assert_eq!(events, [(index, 0), (index, 1), (index, 2)]);
+    // Each item's record is its own: a retry in a later, plain entry replays it.
+    sm.apply(None, put("a", "2"));
+    let replay = sm.apply(Some("r1"), put("a", "1"));
+    assert!(replay.replayed, "{replay:?}");
+    assert_eq!(replay.revision, index);
+    assert_eq!(sm.state.keys.get("a").expect("a").value, "2");
+}
+
+/// What "as if alone" means, checked whole: the state after a `KeyWrites` entry equals the
+/// state after its items applied as plain entries numbered alike.
+#[test]
+fn a_key_writes_entry_leaves_the_state_its_items_alone_would() {
+    let mut sm = Sm::new();
+    let lease = sm.lease();
+    sm.apply(None, put("b", "old"));
+    let items: Vec<Item> = [
+        (Some("r1"), put("a", "1")),
+        (None, delete("b")),
+        (
+            Some("r3"),
+            Command::KvPut {
+                key: "c".into(),
+                value: "3".into(),
+                lease_id: Some(lease),
+                condition: Some(Condition::Absent),
+                fence: None,
+            },
+        ),
+        (
+            None,
+            guarded_put("d", Some(Condition::Value("no".into())), None),
+        ),
+    ]
+    .into_iter()
+    .map(|(request_id, command)| Item {
+        request_id: request_id.map(str::to_string),
+        command,
+    })
+    .collect();
+    let index = sm.index + 1;
+    let mut alone = sm.state.clone();
+    for item in &items {
+        let env = Envelope {
+            now_ms: 1,
+            request_id: item.request_id.clone(),
+            command: item.command.clone(),
+        };
+        alone.apply(index, 1, &env);
+    }
+    sm.apply(None, Command::KeyWrites { items });
+    assert_eq!(sm.state, alone);
+}
+
+#[test]
+fn apply_refuses_in_key_writes_what_the_rule_does_not_admit() {
+    let mut sm = Sm::new();
+    let lease = sm.lease();
+    let responses = key_writes(
+        &mut sm,
+        vec![
+            (None, put("a", "1")),
+            (None, delete("a")),
+            (None, acquire("b", lease)),
+            (None, put("c", "3")),
+        ],
+    );
+    assert!(responses[0].outcome.is_ok());
+    assert!(
+        matches!(&responses[1].outcome, Err(ApplyError::Invalid { reason }) if reason.contains("named twice"))
+    );
+    assert!(
+        matches!(&responses[2].outcome, Err(ApplyError::Invalid { reason }) if reason.contains("lock_acquire"))
+    );
+    assert!(responses[3].outcome.is_ok());
+    assert!(sm.state.locks.get("b").is_none());
+    assert_eq!(sm.state.keys.get("a").expect("a").value, "1");
+    // And a key write is no item of a lock entry.
+    let responses = sm.many(vec![(None, put("d", "4"))]);
+    assert!(
+        matches!(&responses[0].outcome, Err(ApplyError::Invalid { reason }) if reason.contains("kv_put"))
+    );
+    let nested = Command::As {
+        principal: "alice".into(),
+        token_id: None,
+        command: Box::new(Command::KeyWrites { items: vec![] }),
+    };
+    assert!(sm.apply(None, nested).outcome.is_err());
 }

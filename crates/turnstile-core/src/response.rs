@@ -94,7 +94,7 @@ pub enum Outcome {
         succeeded: bool,
         results: Vec<crate::txn::TxnResult>,
     },
-    /// A `Command::Many` entry: one response per item, in order. Never stored in a request
+    /// A `Command::Many` or `Command::KeyWrites` entry: one response per item, in order. Never stored in a request
     /// record (the items' own responses are).
     Many {
         responses: Vec<Response>,

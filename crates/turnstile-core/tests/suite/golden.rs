@@ -372,6 +372,41 @@ fn sample_envelopes() -> Vec<(&'static str, Envelope)> {
             ),
         ),
         (
+            "v6_key_writes",
+            env(
+                None,
+                Command::KeyWrites {
+                    items: vec![
+                        Item {
+                            request_id: Some("alice w1".into()),
+                            command: Command::As {
+                                principal: "alice".into(),
+                                token_id: Some("t9".into()),
+                                command: Box::new(Command::KvPut {
+                                    key: "cfg/a".into(),
+                                    value: "v1".into(),
+                                    lease_id: Some(17),
+                                    condition: Some(Condition::ModRevision(12)),
+                                    fence: Some(Fence {
+                                        lock: "cfg".into(),
+                                        token: 40,
+                                    }),
+                                }),
+                            },
+                        },
+                        Item {
+                            request_id: None,
+                            command: Command::KvDelete {
+                                key: "cfg/b".into(),
+                                condition: Some(Condition::Absent),
+                                fence: None,
+                            },
+                        },
+                    ],
+                },
+            ),
+        ),
+        (
             "v4_auth_set_user_roles",
             env(
                 None,

@@ -113,22 +113,8 @@ fn command() -> impl Strategy<Value = Command> {
         prop::collection::vec(id(), 0..4).prop_map(|lease_ids| Command::Expire { lease_ids }),
         lock_acquire(),
         lock_release(id()),
-        (name(), name(), prop::option::of(id()), condition(), fence()).prop_map(
-            |(key, value, lease_id, condition, fence)| {
-                Command::KvPut {
-                    key,
-                    value,
-                    lease_id,
-                    condition,
-                    fence,
-                }
-            }
-        ),
-        (name(), condition(), fence()).prop_map(|(key, condition, fence)| Command::KvDelete {
-            key,
-            condition,
-            fence
-        }),
+        kv_put(),
+        kv_delete(),
         (name(), -5i64..5).prop_map(|(name, by)| Command::CounterIncr { name, by }),
         (
             prop::collection::vec(name(), 1..3),
@@ -213,6 +199,47 @@ fn acquire_for() -> impl Strategy<Value = Command> {
     })
 }
 
+fn kv_put() -> impl Strategy<Value = Command> {
+    (name(), name(), prop::option::of(id()), condition(), fence()).prop_map(
+        |(key, value, lease_id, condition, fence)| Command::KvPut {
+            key,
+            value,
+            lease_id,
+            condition,
+            fence,
+        },
+    )
+}
+
+fn kv_delete() -> impl Strategy<Value = Command> {
+    (name(), condition(), fence()).prop_map(|(key, condition, fence)| Command::KvDelete {
+        key,
+        condition,
+        fence,
+    })
+}
+
+/// A `Command::KeyWrites` entry of random key writes: often naming a key twice (apply
+/// refuses the later item), sometimes with an item it does not admit.
+fn key_writes() -> impl Strategy<Value = Command> {
+    let item = prop_oneof![
+        5 => kv_put(),
+        3 => kv_delete(),
+        1 => lock_acquire(),
+    ];
+    prop::collection::vec((prop::option::of(waiter()), item), 2..5).prop_map(|items| {
+        Command::KeyWrites {
+            items: items
+                .into_iter()
+                .map(|(request_id, command)| Item {
+                    request_id,
+                    command,
+                })
+                .collect(),
+        }
+    })
+}
+
 /// A lock command `Command::Many` admits. A release's token 0 stands for the index of its
 /// own entry (`replay` puts it in): a release of a hold made by the same entry, which no
 /// client can know yet and the rule refuses.
@@ -241,9 +268,9 @@ fn many() -> impl Strategy<Value = Command> {
     })
 }
 
-/// A command, or sometimes several lock commands in one entry.
+/// A command, or sometimes several lock commands or key writes in one entry.
 fn entry_command() -> impl Strategy<Value = Command> {
-    prop_oneof![4 => command(), 1 => many()]
+    prop_oneof![5 => command(), 1 => many(), 1 => key_writes()]
 }
 
 /// One log entry: time step, optional request id from a tiny pool (to force replays and
