@@ -1,6 +1,7 @@
 //! `Proposer`: the leader's group proposal. Client writes that arrive together go to Raft as
-//! one `client_write_many` message instead of one message each, and lock acquires and
-//! releases among them share log entries (`Command::Many`).
+//! one `client_write_many` message instead of one message each; lock acquires and releases
+//! among them share log entries (`Command::Many`), and so do key puts and deletes
+//! (`Command::KeyWrites`).
 //!
 //! Why: openraft's core runs its engine commands (an append to the log store, a wake-up of
 //! every replication task) after each message it takes from its API queue. With one message
@@ -9,7 +10,8 @@
 //! sled record, its apply bookkeeping and answer) is paid once for the lock commands that
 //! share an entry. The rule that keeps a fencing token the index of the entry that granted
 //! it, and unique for an exclusive lock, is in `turnstile_core::many`: items name distinct
-//! locks, and only acquires and releases qualify. Every other write is its own entry.
+//! locks (or keys), and only acquires and releases (or key writes) qualify. Every other write
+//! is its own entry.
 //!
 //! Batching is by arrival only, never by a timer: the proposer task takes one write, lets the
 //! tasks that are ready at that moment run once (HTTP handlers about to queue their writes),
@@ -26,7 +28,7 @@ use futures::stream::BoxStream;
 use futures::StreamExt;
 use openraft::errors::{ClientWriteError, Fatal, RaftError};
 use tokio::sync::{mpsc, oneshot};
-use turnstile_core::{many, Command, Envelope, Item, Outcome, Response};
+use turnstile_core::{many, Envelope, Item, Outcome, Response};
 use turnstile_raft::types::{Raft, TypeConfig};
 
 /// Writes in one message to Raft at most: bounds the append (and so the fdatasync) one
@@ -89,8 +91,8 @@ pub struct Proposer<S: Sink = Raft> {
 struct Counts {
     batches: AtomicU64,
     writes: AtomicU64,
-    /// Log entries those writes went out as: fewer than the writes when several lock
-    /// commands shared a `Command::Many` entry.
+    /// Log entries those writes went out as: fewer than the writes when several
+    /// commands shared a `Command::Many` or `Command::KeyWrites` entry.
     entries: AtomicU64,
     /// Writes proposed or queued and not yet answered.
     in_flight: AtomicU64,
@@ -236,7 +238,7 @@ async fn run<S: Sink>(sink: Arc<S>, mut rx: mpsc::Receiver<Pending>, counts: Arc
 }
 
 /// Who waits for one entry's outcome: the caller of a plain entry, or one caller per item of a
-/// `Command::Many` entry.
+/// `Command::Many` or `Command::KeyWrites` entry.
 enum Replies {
     One(oneshot::Sender<WriteOutcome>),
     Many(Vec<oneshot::Sender<WriteOutcome>>),
@@ -285,8 +287,8 @@ impl Replies {
 }
 
 /// The entries for the writes taken from the queue, in their order: consecutive writes that
-/// `turnstile_core::many` admits together share one `Command::Many` entry, every other write
-/// is an entry of its own.
+/// `turnstile_core::many` admits together share one `Command::Many` or `Command::KeyWrites`
+/// entry, every other write is an entry of its own.
 fn entries(pending: impl Iterator<Item = Pending>) -> (Vec<Envelope>, Vec<Replies>) {
     let mut envs = Vec::new();
     let mut replies = Vec::new();
@@ -323,7 +325,7 @@ fn envelope(now_ms: u64, item: Item) -> Envelope {
     }
 }
 
-/// The `Command::Many` entry being gathered.
+/// The `Command::Many` or `Command::KeyWrites` entry being gathered.
 #[derive(Default)]
 struct Open {
     batch: many::Batch,
@@ -338,28 +340,27 @@ impl Open {
         self.replies.push(reply);
     }
 
-    /// Ends the entry: one item goes as a plain entry, several as `Command::Many`.
+    /// Ends the entry: one item goes as a plain entry, several as `Command::Many` or
+    /// `Command::KeyWrites`.
     fn close(&mut self, envs: &mut Vec<Envelope>, replies: &mut Vec<Replies>) {
         let Open {
             batch,
             replies: senders,
             now_ms,
         } = std::mem::take(self);
-        let mut items = batch.into_items();
-        match items.len() {
-            0 => {}
-            1 => {
-                envs.push(envelope(now_ms, items.remove(0)));
-                replies.extend(senders.into_iter().map(Replies::One));
-            }
-            _ => {
-                envs.push(Envelope {
-                    now_ms,
-                    request_id: None,
-                    command: Command::Many { items },
-                });
-                replies.push(Replies::Many(senders));
-            }
+        let Some((kind, mut items)) = batch.into_entry() else {
+            return;
+        };
+        if items.len() == 1 {
+            envs.push(envelope(now_ms, items.remove(0)));
+            replies.extend(senders.into_iter().map(Replies::One));
+        } else {
+            envs.push(Envelope {
+                now_ms,
+                request_id: None,
+                command: kind.command(items),
+            });
+            replies.push(Replies::Many(senders));
         }
     }
 }

@@ -60,7 +60,8 @@ fn later(outcomes: Vec<WriteOutcome>) -> Outcomes {
 }
 
 /// Answers an entry as apply would, with each write's number (its request id) as revision: a
-/// plain entry with one response, a `Command::Many` entry with one per item.
+/// plain entry with one response, a `Command::Many` or `Command::KeyWrites` entry with one
+/// per item.
 fn applied(env: &Envelope) -> WriteOutcome {
     let response = |request_id: &Option<String>, outcome| Response {
         revision: request_id
@@ -72,7 +73,7 @@ fn applied(env: &Envelope) -> WriteOutcome {
         outcome,
     };
     match &env.command {
-        Command::Many { items } => {
+        Command::Many { items } | Command::KeyWrites { items } => {
             assert!(items.len() >= 2, "a many entry of {} items", items.len());
             let responses = items
                 .iter()
@@ -89,11 +90,12 @@ fn applied(env: &Envelope) -> WriteOutcome {
     }
 }
 
-/// Writes per entry of each batch: 1 for a plain entry, the items of a `Command::Many`.
+/// Writes per entry of each batch: 1 for a plain entry, the items of a `Command::Many` or
+/// `Command::KeyWrites`.
 fn shapes(envs: &[Envelope]) -> Vec<usize> {
     envs.iter()
         .map(|env| match &env.command {
-            Command::Many { items } => items.len(),
+            Command::Many { items } | Command::KeyWrites { items } => items.len(),
             _ => 1,
         })
         .collect()
@@ -139,6 +141,21 @@ fn lock_write(number: u64, name: &str) -> Envelope {
         command: Command::LockAcquire {
             name: name.into(),
             lease_id: 1,
+        },
+    }
+}
+
+/// Write `number` as a put of `key`.
+fn key_write(number: u64, key: &str) -> Envelope {
+    Envelope {
+        now_ms: number,
+        request_id: Some(number.to_string()),
+        command: Command::KvPut {
+            key: key.into(),
+            value: "v".into(),
+            lease_id: None,
+            condition: None,
+            fence: None,
         },
     }
 }
@@ -307,6 +324,39 @@ async fn queued_lock_writes_share_entries_split_by_repeated_locks_and_other_writ
         entries: 8,
     };
     assert_eq!(proposer.counts(), counts);
+}
+
+/// Queued key writes share `Command::KeyWrites` entries, never with lock commands, split
+/// where a key is written again; each caller gets its own item's response.
+#[tokio::test]
+async fn queued_key_writes_share_entries_apart_from_lock_writes() {
+    let (proposer, batches, entries) = start_recording(Script::Apply);
+    let envs = vec![
+        key_write(1, "k1"),
+        key_write(2, "k2"),
+        key_write(3, "k3"),
+        key_write(4, "k4"),
+        key_write(5, "k5"),
+        lock_write(6, "k5"),
+        lock_write(7, "l7"),
+        key_write(8, "k8"),
+        key_write(9, "k8"),
+        key_write(10, "k10"),
+    ];
+    for (i, outcome) in (1..).zip(send_all(&proposer, envs).await) {
+        let response = outcome.expect("queued").expect("applied");
+        assert_eq!(
+            response.revision, i,
+            "write {i} got another write's outcome"
+        );
+    }
+    // Writes 1 and 2 went alone; 3 to 10 were one batch of four entries: keys 3-5, locks
+    // 6-7, key 8, keys 9-10.
+    assert_eq!(*batches.lock().expect("no poison"), vec![1, 1, 4]);
+    assert_eq!(
+        *entries.lock().expect("no poison"),
+        vec![vec![1], vec![1], vec![3, 2, 1, 2]]
+    );
 }
 
 #[tokio::test]

@@ -1,8 +1,10 @@
 //! Group proposal (`turnstile_server::proposer`): writes sent together, through the leader and
-//! through followers, each get their own answer, whether they had an entry of their own (puts)
-//! or shared one (acquires of different locks, `Command::Many`). A batch that paired an answer
-//! with the wrong caller would show here as a revision that is not the key's `mod_revision`,
-//! or a token that is not the lock's holder.
+//! through followers, each get their own answer, whether they had an entry of their own or
+//! shared one (puts of different keys, `Command::KeyWrites`; acquires of different locks,
+//! `Command::Many`). A batch that paired an answer with the wrong caller would show here as a
+//! revision that is not the key's `mod_revision`, or a token that is not the lock's holder.
+//! Puts through the etcd port never share: each keeps a revision of its own, as etcd's recipes
+//! expect.
 
 use futures::future::join_all;
 use reqwest::Method;
@@ -13,8 +15,8 @@ use turnstile_tests::{token, Cluster};
 const WRITERS: u64 = 64;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn concurrent_writes_each_get_their_own_entry() -> anyhow::Result<()> {
-    let c = Cluster::start(3).await?;
+async fn concurrent_writes_each_get_their_own_answer() -> anyhow::Result<()> {
+    let c = Cluster::start_tuned(3, crate::etcd_port::etcd_port).await?;
     let leader = c.leader().await?;
     let before = c.status(leader).await?["proposer"]["writes"]
         .as_u64()
@@ -68,18 +70,40 @@ async fn concurrent_writes_each_get_their_own_entry() -> anyhow::Result<()> {
         );
         tokens.push(granted);
     }
-    // A put is an entry of its own; acquires of different locks may share one
-    // (`Command::Many`), whose index is then the token of each of its grants.
+    // Puts of different keys may share an entry (`Command::KeyWrites`), acquires of different
+    // locks too (`Command::Many`), but never with each other: an entry's index is the token of
+    // each of its grants, and no put shows a token as its revision.
     revisions.sort_unstable();
-    revisions.dedup();
-    assert_eq!(
-        revisions.len() as u64,
-        WRITERS,
-        "every put has its own entry"
-    );
     assert!(
         tokens.iter().all(|t| revisions.binary_search(t).is_err()),
         "an acquire shared an entry with a put"
+    );
+
+    // The etcd port's puts, sent at once through every node: each its own revision.
+    let endpoints: Vec<String> = crate::etcd_port::etcd_addrs(&c)?
+        .iter()
+        .map(|a| format!("http://{a}"))
+        .collect();
+    let client = etcd_client::Client::connect(&endpoints, None).await?;
+    let etcd_puts = join_all((0..WRITERS).map(|i| {
+        let mut kv = client.kv_client();
+        async move { kv.put(format!("e{i}"), format!("v{i}"), None).await }
+    }))
+    .await;
+    let mut etcd_revisions = Vec::new();
+    for (i, put) in (0..WRITERS).zip(etcd_puts) {
+        let put = put?;
+        let revision = put.header().map(|h| h.revision()).unwrap_or(0);
+        let (_, key) = c.get(leader, &format!("/v1/kv/e{i}")).await?;
+        assert_eq!(key["mod_revision"], revision, "e{i}: {key}");
+        etcd_revisions.push(revision);
+    }
+    etcd_revisions.sort_unstable();
+    etcd_revisions.dedup();
+    assert_eq!(
+        etcd_revisions.len() as u64,
+        WRITERS,
+        "two puts through the etcd port shared a revision"
     );
 
     let proposer = c.status(leader).await?["proposer"].clone();
@@ -94,10 +118,10 @@ async fn concurrent_writes_each_get_their_own_entry() -> anyhow::Result<()> {
         "{entries} entries for {after} writes: {proposer}"
     );
     assert!(
-        after >= before + 2 * WRITERS,
+        after >= before + 3 * WRITERS,
         "the leader proposed {} writes, fewer than the {} sent",
         after - before,
-        2 * WRITERS
+        3 * WRITERS
     );
     // `/metrics` exports the same counter.
     let text = reqwest::get(c.url(leader, "/metrics"))

@@ -1,7 +1,9 @@
 //! etcd's KV service over Turnstile's keys: `Range` is a linearizable key span
-//! (`crate::key_span`), `Put` and `DeleteRange` of one key are `KvPut` and `KvDelete`, and a
-//! write that asks for the previous value, or a `Txn`, is one `Command::Txn` entry (a `get`
-//! before the write, in the same entry, so the previous value is exactly the one replaced).
+//! (`crate::key_span`), and every write (`Put`, `DeleteRange`, `Txn`) is one `Command::Txn`
+//! entry of its own; a write that asks for the previous value has a `get` before the write,
+//! in the same entry, so the previous value is exactly the one replaced. Never a plain
+//! `KvPut` or `KvDelete`: the leader lets concurrent plain key writes share an entry and its
+//! revision (`turnstile_core::many`), and etcd clients expect a revision per write.
 //!
 //! A `Range` inside a `Txn` is read at apply, in the same entry (`TxnOp::Range`, bounded by
 //! `turnstile_core::limits::TXN_RANGE_*`).
@@ -66,29 +68,9 @@ impl Kv for KvService {
         let caller = caller(&self.app, &req).await?;
         let r = req.into_inner();
         let op = put_op(&r)?;
-        if let (
-            false,
-            TxnOp::Put {
-                key,
-                value,
-                lease_id,
-            },
-        ) = (r.prev_kv, &op)
-        {
-            let (key, value, lease_id) = (key.clone(), value.clone(), *lease_id);
-            let command = Command::KvPut {
-                key,
-                value,
-                lease_id,
-                condition: None,
-                fence: None,
-            };
-            let w = write(&self.app, &caller, command).await?;
-            return Ok(Response::new(PutResponse {
-                header: header(&self.app, w.revision),
-                prev_kv: None,
-            }));
-        }
+        // A transaction, never a plain `KvPut`: the leader lets concurrent plain key writes
+        // share an entry and so a revision (`turnstile_core::many`), and etcd's recipes rank
+        // keys by `create_revision`, so every put here keeps a revision of its own.
         let ops = if r.prev_kv { get_then(op) } else { vec![op] };
         let (revision, mut results) = one_branch_txn(&self.app, &caller, ops).await?;
         Ok(Response::new(PutResponse {
