@@ -96,8 +96,10 @@ pub fn admits(command: &Command) -> Option<(Kind, &[String])> {
 fn item_bytes(item: &Item) -> usize {
     let string = |s: &str| s.len() + 8;
     let mut bytes = ITEM_OVERHEAD_BYTES + item.request_id.as_deref().map_or(0, string);
+    // Every `As` level `admits` looks through (apply refuses a nested one, but the estimate
+    // must not be the part that trusts it).
     let mut command = &item.command;
-    if let Command::As {
+    while let Command::As {
         principal,
         token_id,
         command: inner,
