@@ -64,6 +64,14 @@ pub enum Kind {
 }
 
 impl Kind {
+    /// The entry's `Command::kind`, for refusals.
+    fn entry_name(self) -> &'static str {
+        match self {
+            Kind::Locks => "many",
+            Kind::Keys => "key_writes",
+        }
+    }
+
     /// The entry's command for `items` of this kind.
     pub fn command(self, items: Vec<Item>) -> Command {
         match self {
@@ -198,7 +206,7 @@ pub(crate) fn check(
     named: &mut BTreeSet<String>,
 ) -> Result<(), ApplyError> {
     let invalid = |reason: String| Err(ApplyError::Invalid { reason });
-    let entry = kind.command(Vec::new()).kind();
+    let entry = kind.entry_name();
     if position >= ITEMS_MAX {
         return invalid(format!("a {entry} entry carries at most {ITEMS_MAX} items"));
     }

@@ -317,41 +317,55 @@ fn answered_pairs_each_item_with_its_response() {
     assert_eq!(answered(&plain, &response), vec![(&plain, &response)]);
 }
 
+/// A string of `len` copies of `c`.
+fn max(c: char, len: usize) -> String {
+    std::iter::repeat_n(c, len).collect()
+}
+
+/// The encoded size of a batch filled with `ITEMS_MAX` of `command(i)`, each inside `As` with
+/// the longest principal, token id and request id.
+fn full_batch_bytes(command: impl Fn(usize) -> Command) -> usize {
+    let mut batch = Batch::default();
+    for i in 0..ITEMS_MAX {
+        let command = Command::As {
+            principal: max('p', 256),
+            token_id: Some(max('t', 64)),
+            command: Box::new(command(i)),
+        };
+        let request_id = format!(
+            "{i:04}{}",
+            max('r', crate::limits::REQUEST_ID_BYTES_MAX - 4)
+        );
+        let _ = add(&mut batch, Some(request_id), command);
+    }
+    let (kind, items) = batch.into_entry().expect("not empty");
+    let env = Envelope {
+        now_ms: u64::MAX,
+        request_id: None,
+        command: kind.command(items),
+    };
+    crate::codec::encode_envelope(&env).expect("encodes").len()
+}
+
 /// `ITEM_BYTES_MAX` bounds the real encoding, not just the estimate: a batch filled with the
 /// largest items the API lets through encodes to no more than the bound plus the envelope.
 #[test]
 fn a_full_batch_encodes_within_the_bound() {
-    let max = |c: char, len: usize| std::iter::repeat_n(c, len).collect::<String>();
     for names_per_item in [1, 8, 64] {
-        let mut batch = Batch::default();
-        for i in 0..ITEMS_MAX {
-            let names = (0..names_per_item)
+        let bytes = full_batch_bytes(|i| Command::AcquireFor {
+            names: (0..names_per_item)
                 .map(|j| {
                     format!(
                         "{i:04}{j:02}{}",
                         max('n', crate::limits::LOCK_NAME_BYTES_MAX - 6)
                     )
                 })
-                .collect();
-            let command = Command::As {
-                principal: max('p', 256),
-                token_id: Some(max('t', 64)),
-                command: Box::new(Command::AcquireFor {
-                    names,
-                    lease_id: u64::MAX,
-                    mode: LockMode::Shared,
-                    permits: Some(u32::MAX),
-                    wait_ms: u64::MAX,
-                }),
-            };
-            let request_id = format!(
-                "{i:04}{}",
-                max('r', crate::limits::REQUEST_ID_BYTES_MAX - 4)
-            );
-            let _ = add(&mut batch, Some(request_id), command);
-        }
-        assert!(!batch.is_empty());
-        let bytes = encoded_bytes(batch);
+                .collect(),
+            lease_id: u64::MAX,
+            mode: LockMode::Shared,
+            permits: Some(u32::MAX),
+            wait_ms: u64::MAX,
+        });
         assert!(
             bytes <= ITEM_BYTES_MAX + 64,
             "{names_per_item} names an item: {bytes} bytes"
@@ -359,53 +373,22 @@ fn a_full_batch_encodes_within_the_bound() {
     }
 }
 
-/// The encoded size of the entry `batch` becomes.
-fn encoded_bytes(batch: Batch) -> usize {
-    let (_, items) = batch.into_entry().expect("not empty");
-    let is_keys = matches!(items[0].command.inner(), Command::KvPut { .. });
-    let env = Envelope {
-        now_ms: u64::MAX,
-        request_id: None,
-        command: if is_keys {
-            Kind::Keys.command(items)
-        } else {
-            Kind::Locks.command(items)
-        },
-    };
-    crate::codec::encode_envelope(&env).expect("encodes").len()
-}
-
 /// The same bound for key writes, whose values are most of their bytes: a full batch of the
 /// largest puts (key, value, a value condition and a fence, all at their limits for the size
 /// asked) stays within the bound, and a value over it goes alone.
 #[test]
 fn a_full_batch_of_key_writes_encodes_within_the_bound() {
-    let max = |c: char, len: usize| std::iter::repeat_n(c, len).collect::<String>();
     for value_bytes in [0, 100, 4_000, 15_000] {
-        let mut batch = Batch::default();
-        for i in 0..ITEMS_MAX {
-            let command = Command::As {
-                principal: max('p', 256),
-                token_id: Some(max('t', 64)),
-                command: Box::new(Command::KvPut {
-                    key: format!("{i:04}{}", max('k', crate::limits::KEY_BYTES_MAX - 4)),
-                    value: max('v', value_bytes),
-                    lease_id: Some(u64::MAX),
-                    condition: Some(Condition::Value(max('c', value_bytes))),
-                    fence: Some(Fence {
-                        lock: max('l', crate::limits::LOCK_NAME_BYTES_MAX),
-                        token: u64::MAX,
-                    }),
-                }),
-            };
-            let request_id = format!(
-                "{i:04}{}",
-                max('r', crate::limits::REQUEST_ID_BYTES_MAX - 4)
-            );
-            let _ = add(&mut batch, Some(request_id), command);
-        }
-        assert!(!batch.is_empty());
-        let bytes = encoded_bytes(batch);
+        let bytes = full_batch_bytes(|i| Command::KvPut {
+            key: format!("{i:04}{}", max('k', crate::limits::KEY_BYTES_MAX - 4)),
+            value: max('v', value_bytes),
+            lease_id: Some(u64::MAX),
+            condition: Some(Condition::Value(max('c', value_bytes))),
+            fence: Some(Fence {
+                lock: max('l', crate::limits::LOCK_NAME_BYTES_MAX),
+                token: u64::MAX,
+            }),
+        });
         assert!(
             bytes <= ITEM_BYTES_MAX + 64,
             "values of {value_bytes} bytes: {bytes} bytes"

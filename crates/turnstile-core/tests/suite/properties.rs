@@ -219,6 +219,19 @@ fn kv_delete() -> impl Strategy<Value = Command> {
     })
 }
 
+/// Two to four items of `item`, each with a request id from the small pool or none.
+fn items(item: impl Strategy<Value = Command>) -> impl Strategy<Value = Vec<Item>> {
+    prop::collection::vec((prop::option::of(waiter()), item), 2..5).prop_map(|items| {
+        items
+            .into_iter()
+            .map(|(request_id, command)| Item {
+                request_id,
+                command,
+            })
+            .collect()
+    })
+}
+
 /// A `Command::KeyWrites` entry of random key writes: often naming a key twice (apply
 /// refuses the later item), sometimes with an item it does not admit.
 fn key_writes() -> impl Strategy<Value = Command> {
@@ -227,17 +240,7 @@ fn key_writes() -> impl Strategy<Value = Command> {
         3 => kv_delete(),
         1 => lock_acquire(),
     ];
-    prop::collection::vec((prop::option::of(waiter()), item), 2..5).prop_map(|items| {
-        Command::KeyWrites {
-            items: items
-                .into_iter()
-                .map(|(request_id, command)| Item {
-                    request_id,
-                    command,
-                })
-                .collect(),
-        }
-    })
+    items(item).prop_map(|items| Command::KeyWrites { items })
 }
 
 /// A lock command `Command::Many` admits. A release's token 0 stands for the index of its
@@ -255,17 +258,7 @@ fn many() -> impl Strategy<Value = Command> {
         9 => lock_command(),
         1 => id().prop_map(|lease_id| Command::LeaseRevoke { lease_id }),
     ];
-    prop::collection::vec((prop::option::of(waiter()), item), 2..5).prop_map(|items| {
-        Command::Many {
-            items: items
-                .into_iter()
-                .map(|(request_id, command)| Item {
-                    request_id,
-                    command,
-                })
-                .collect(),
-        }
-    })
+    items(item).prop_map(|items| Command::Many { items })
 }
 
 /// A command, or sometimes several lock commands or key writes in one entry.
