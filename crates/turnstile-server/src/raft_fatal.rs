@@ -24,7 +24,15 @@ pub const RAFT_PANICKED_EXIT_CODE: i32 = 70;
 /// Waits until Raft's core stops; exits the process if it stopped on an error while this node
 /// was not shutting down. Returns when the node stops (`stop` fires, or Raft stops normally).
 pub async fn exit_when_raft_fails(app: Arc<App>, mut stop: watch::Receiver<bool>) {
-    let mut metrics = app.raft.metrics();
+    let metrics = app.raft.metrics();
+    // Woken by the server metrics (role, vote, leader, membership), which change only with
+    // them: `metrics()` is sent on every turn of the core's loop, several times per commit,
+    // and a task woken by it cost the node a wake-up each time. The core sets
+    // `running_state` before its task ends, and the end drops both senders, so a stop is
+    // seen here as this channel closing.
+    let mut server = app.raft.server_metrics();
+    // Set once the core's task has ended: `running_state` is checked one last time.
+    let mut closed = false;
     loop {
         let failed = match &metrics.borrow_watched().running_state {
             Ok(()) => None,
@@ -49,8 +57,11 @@ pub async fn exit_when_raft_fails(app: Arc<App>, mut stop: watch::Receiver<bool>
             );
             std::process::exit(code);
         }
+        if closed {
+            return;
+        }
         tokio::select! {
-            changed = metrics.changed() => if changed.is_err() { return },
+            changed = server.changed() => closed = changed.is_err(),
             _ = stop.changed() => return,
         }
     }

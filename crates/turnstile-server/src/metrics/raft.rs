@@ -1,7 +1,7 @@
 //! Raft metrics that need watching rather than sampling: openraft's `MetricsRecorder` hook
 //! reports what only its core sees (entries per client-write, append and apply batch; vote and
-//! append-entries requests; heartbeats), and a task watching `Raft::metrics()` counts leader
-//! changes, which a scrape every 15 s would miss, and records who led each term
+//! append-entries requests; heartbeats), and a task watching `Raft::server_metrics()` counts
+//! leader changes, which a scrape every 15 s would miss, and records who led each term
 //! (`crate::term_leaders`). Point-in-time figures (term, indexes, state,
 //! membership) are read at scrape time in `scrape.rs`.
 
@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use openraft::async_runtime::WatchReceiver;
 use openraft::metrics::MetricsRecorder;
+use openraft::vote::RaftLeaderId;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
@@ -141,7 +142,9 @@ pub async fn watch_leaders(
     leaders: TermLeaders,
     mut stop: watch::Receiver<bool>,
 ) {
-    let mut rx = raft.metrics();
+    // The server metrics (vote, role, leader, membership) are sent only when they change;
+    // `metrics()` is sent on every turn of the core's loop, several times per commit.
+    let mut rx = raft.server_metrics();
     let hook: Arc<dyn MetricsRecorder> = recorder.clone();
     if let Err(e) = raft.set_metrics_recorder(Some(hook)).await {
         tracing::warn!(error = %e, "cannot install the raft metrics recorder");
@@ -149,9 +152,15 @@ pub async fn watch_leaders(
     drop(raft);
     let mut last: Option<(u64, u64)> = None;
     loop {
+        // The pair comes from one vote, the flushed one: a committed vote names its term's
+        // one leader (`current_leader` is read from the unflushed vote, so pairing it with
+        // this vote's term could name a leader for the term before).
         let seen = {
             let m = rx.borrow_watched();
-            m.current_leader.map(|leader| (m.current_term, leader))
+            let leader = m.vote.leader_id();
+            m.vote
+                .is_committed()
+                .then(|| (leader.term(), *leader.node_id()))
         };
         if let (Some((term, leader)), true) = (seen, seen != last) {
             recorder.leader_changes.inc();
