@@ -90,16 +90,23 @@ async fn leader_killed(
     let name = format!("w7-after-{trial}");
     let deadline = killed + Duration::from_millis(RECOVERY_MS_MAX);
     let mut attempt = 0usize;
+    // What the last attempt that got an answer was told, for the failure's message.
+    let mut last_error = String::from("no attempt was answered");
     loop {
         let n = survivors.len();
         let c = &mut survivors[attempt % n];
         attempt += 1;
         let fut = c.lock(&name, lease, ATTEMPT_WAIT_MS, &name);
-        if let Ok(Ok(_)) = tokio::time::timeout(Duration::from_millis(ATTEMPT_MS), fut).await {
-            return Ok(killed.elapsed());
+        match tokio::time::timeout(Duration::from_millis(ATTEMPT_MS), fut).await {
+            Ok(Ok(_)) => return Ok(killed.elapsed()),
+            Ok(Err(e)) => last_error = format!("attempt {attempt}: {e:#}"),
+            Err(_) => {}
         }
         if Instant::now() > deadline {
-            bail!("no lock granted within {RECOVERY_MS_MAX} ms of killing the leader");
+            bail!(
+                "no lock granted within {RECOVERY_MS_MAX} ms of killing the leader ({attempt} \
+                 attempts; the last answered: {last_error})"
+            );
         }
     }
 }
