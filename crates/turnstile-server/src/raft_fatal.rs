@@ -24,45 +24,36 @@ pub const RAFT_PANICKED_EXIT_CODE: i32 = 70;
 /// Waits until Raft's core stops; exits the process if it stopped on an error while this node
 /// was not shutting down. Returns when the node stops (`stop` fires, or Raft stops normally).
 pub async fn exit_when_raft_fails(app: Arc<App>, mut stop: watch::Receiver<bool>) {
-    let metrics = app.raft.metrics();
-    // Woken by the server metrics (role, vote, leader, membership), which change only with
-    // them: `metrics()` is sent on every turn of the core's loop, several times per commit,
-    // and a task woken by it cost the node a wake-up each time. The core sets
-    // `running_state` before its task ends, and the end drops both senders, so a stop is
-    // seen here as this channel closing.
+    // The core sets `running_state` before its task ends, and the end drops the senders of
+    // all its metrics channels, so waiting for the server metrics (vote, role, leader,
+    // membership: sent only when they change) to close is waiting for the core to stop.
+    // `metrics()` itself is sent on every turn of the core's loop, several times per commit,
+    // and a task woken by it cost the node a wake-up each time.
     let mut server = app.raft.server_metrics();
-    // Set once the core's task has ended: `running_state` is checked one last time.
-    let mut closed = false;
     loop {
-        let failed = match &metrics.borrow_watched().running_state {
-            Ok(()) => None,
-            Err(Fatal::Stopped) => return,
-            Err(Fatal::StorageError(e)) => Some((SYNC_FAILED_EXIT_CODE, e.to_string())),
-            Err(Fatal::Panicked) => Some((RAFT_PANICKED_EXIT_CODE, "panicked".to_string())),
-        };
-        if let Some((code, error)) = failed {
-            if *app.stopping.borrow() || *stop.borrow() {
-                return;
-            }
-            if !app.cfg.bugs.exit_on_raft_failure() {
-                tracing::error!(error, "BUG INJECTION: Raft stopped on an error; staying up");
-                return;
-            }
-            tracing::error!(
-                error,
-                exit_code = code,
-                "Raft stopped on an error: stopping this node now. Restart it once the cause \
-                 is fixed (a failing disk: docs/operations.md, \"Disk faults\"); it recovers \
-                 what it had synced and catches up from its peers"
-            );
-            std::process::exit(code);
-        }
-        if closed {
-            return;
-        }
         tokio::select! {
-            changed = server.changed() => closed = changed.is_err(),
+            changed = server.changed() => if changed.is_err() { break },
             _ = stop.changed() => return,
         }
     }
+    let (code, error) = match &app.raft.metrics().borrow_watched().running_state {
+        Ok(()) | Err(Fatal::Stopped) => return,
+        Err(Fatal::StorageError(e)) => (SYNC_FAILED_EXIT_CODE, e.to_string()),
+        Err(Fatal::Panicked) => (RAFT_PANICKED_EXIT_CODE, "panicked".to_string()),
+    };
+    if *app.stopping.borrow() || *stop.borrow() {
+        return;
+    }
+    if !app.cfg.bugs.exit_on_raft_failure() {
+        tracing::error!(error, "BUG INJECTION: Raft stopped on an error; staying up");
+        return;
+    }
+    tracing::error!(
+        error,
+        exit_code = code,
+        "Raft stopped on an error: stopping this node now. Restart it once the cause is fixed \
+         (a failing disk: docs/operations.md, \"Disk faults\"); it recovers what it had synced \
+         and catches up from its peers"
+    );
+    std::process::exit(code);
 }
