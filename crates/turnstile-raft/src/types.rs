@@ -5,14 +5,35 @@ use std::io::Cursor;
 
 use turnstile_core::{Envelope, Response};
 
-openraft::declare_raft_types!(
-    /// Turnstile's Raft types: entries carry an [`Envelope`], apply returns a [`Response`].
-    pub TypeConfig:
-        D = Envelope,
-        R = Response,
-        NodeId = u64,
-        Node = openraft::BasicNode,
-);
+/// Turnstile's Raft types: entries carry an [`Envelope`], apply returns a [`Response`], and a
+/// write is answered through a [`Reply`](crate::responder::Reply). Written out rather than by
+/// `openraft::declare_raft_types!`, whose syntax cannot name a generic responder; the other
+/// types are openraft's defaults.
+#[derive(Debug, Clone, Copy, Default, Eq, PartialEq, Ord, PartialOrd)]
+pub struct TypeConfig {}
+
+impl openraft::RaftTypeConfig for TypeConfig {
+    type D = Envelope;
+    type R = Response;
+    type NodeId = u64;
+    type Node = openraft::BasicNode;
+    type Term = u64;
+    type LeaderId = openraft::impls::leader_id_adv::LeaderId<Self::Term, Self::NodeId>;
+    type Vote = openraft::impls::Vote<Self::LeaderId>;
+    type Payload = openraft::EntryPayload<Self::D, Self::NodeId, Self::Node>;
+    type Entry =
+        openraft::Entry<<Self::LeaderId as openraft::vote::RaftLeaderId>::Committed, Self::Payload>;
+    type Responder<T>
+        = crate::responder::Reply<T>
+    where
+        T: openraft::OptionalSend + 'static;
+    type Batch<T>
+        = openraft::impls::InlineBatch<T>
+    where
+        T: openraft::OptionalSend + 'static;
+    type AsyncRuntime = openraft::impls::TokioRuntime;
+    type ErrorSource = openraft::impls::BoxedErrorSource;
+}
 
 pub type NodeId = u64;
 pub type Node = openraft::BasicNode;
@@ -25,6 +46,7 @@ pub type SnapshotMeta = openraft::alias::SnapshotMetaOf<TypeConfig>;
 pub type Snapshot = openraft::alias::SnapshotOf<TypeConfig, SnapshotData>;
 pub type StoredMembership = openraft::alias::StoredMembershipOf<TypeConfig>;
 pub type RaftMetrics = openraft::RaftMetrics<TypeConfig>;
+pub type ClientWriteResult = openraft::raft::ClientWriteResult<TypeConfig>;
 pub type ClientWriteError = openraft::errors::ClientWriteError<TypeConfig>;
 pub type RaftError<E = openraft::errors::Infallible> = openraft::errors::RaftError<TypeConfig, E>;
 pub type ForwardToLeader = openraft::errors::ForwardToLeader<TypeConfig>;

@@ -19,17 +19,21 @@
 //! A write that finds at most `DIRECT_OTHERS_IN_FLIGHT_MAX` other writes in flight skips the
 //! queue and goes to Raft from its own task: a lone client, or a lock handoff racing the old
 //! holder's next acquire, pays no extra hop.
+//!
+//! Answers go straight from Raft to the waiting handlers: each entry is proposed with a
+//! `turnstile_raft::responder::Reply` that hands its outcome (one per item of a `Many` or
+//! `KeyWrites` entry) to its callers where openraft completes it. No task of the proposer's
+//! sits between an entry's apply and its handlers.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
-use futures::stream::BoxStream;
-use futures::StreamExt;
-use openraft::errors::{ClientWriteError, Fatal, RaftError};
+use openraft::errors::{ClientWriteError, RaftError};
 use tokio::sync::{mpsc, oneshot};
 use turnstile_core::{many, Envelope, Item, Outcome, Response};
-use turnstile_raft::types::{Raft, TypeConfig};
+use turnstile_raft::responder::Reply;
+use turnstile_raft::types::{ClientWriteResult, Raft, TypeConfig};
 
 /// Writes in one message to Raft at most: bounds the append (and so the fdatasync) one
 /// batch adds to the leader's log.
@@ -47,28 +51,62 @@ pub const QUEUE_WRITES_MAX: usize = 4_096;
 /// What a proposed write came to: the applied response, or Raft's reason it was not.
 pub type WriteOutcome = Result<Response, RaftError<TypeConfig, ClientWriteError<TypeConfig>>>;
 
-/// The outcomes of one batch, in submission order, as each entry applies.
-pub type Outcomes = BoxStream<'static, WriteOutcome>;
-
 /// Where batches go: Raft in a node, a scripted stand-in in the unit tests.
 pub trait Sink: Send + Sync + 'static {
-    /// Appends `envs` as consecutive entries, in order. An error means none was appended.
-    fn propose(
-        &self,
-        envs: Vec<Envelope>,
-    ) -> impl Future<Output = Result<Outcomes, Fatal<TypeConfig>>> + Send;
+    /// Appends `envs` as consecutive entries, in order, and gives each entry's outcome to its
+    /// `Answer` (`answers[i]` is `envs[i]`'s). An entry that was not appended is answered with
+    /// the reason; an answer dropped ungiven leaves its callers' outcome unknown.
+    fn propose(&self, envs: Vec<Envelope>, answers: Vec<Answer>)
+        -> impl Future<Output = ()> + Send;
 }
 
 impl Sink for Raft {
-    async fn propose(&self, envs: Vec<Envelope>) -> Result<Outcomes, Fatal<TypeConfig>> {
-        let results = self.client_write_many(envs).await?;
-        Ok(results
-            .map(|result| match result {
-                Ok(Ok(written)) => Ok(written.response),
-                Ok(Err(e)) => Err(RaftError::APIError(e)),
-                Err(fatal) => Err(RaftError::Fatal(fatal)),
-            })
-            .boxed())
+    async fn propose(&self, envs: Vec<Envelope>, answers: Vec<Answer>) {
+        let mut answers = answers.into_iter();
+        for env in envs {
+            let Some(answer) = answers.next() else {
+                tracing::error!("an entry was proposed without its answer; not appended");
+                return;
+            };
+            let given = answer.clone();
+            let reply = Reply::new(move |result: ClientWriteResult| {
+                given.give(
+                    result
+                        .map(|written| written.data)
+                        .map_err(RaftError::APIError),
+                )
+            });
+            // Consecutive messages are merged into one append by openraft's core
+            // (`api_batch_capacity`), as `client_write_many` would have sent them.
+            if let Err(fatal) = self.client_write_ff(env, Some(reply)).await {
+                // The core stopped before it took this message: neither it nor any later
+                // entry of the batch was appended. The earlier ones may have been.
+                for not_appended in std::iter::once(answer).chain(answers) {
+                    not_appended.give(Err(RaftError::Fatal(fatal.clone())));
+                }
+                return;
+            }
+        }
+    }
+}
+
+/// The callers of one entry, answered at most once: by Raft through the entry's `Reply`, or
+/// by the sink when the entry was not appended. Dropped ungiven (Raft stopped first), its
+/// callers' receivers close and their outcome is unknown.
+#[derive(Clone)]
+pub struct Answer(Arc<Mutex<Option<Replies>>>);
+
+impl Answer {
+    fn new(replies: Replies) -> Answer {
+        Answer(Arc::new(Mutex::new(Some(replies))))
+    }
+
+    /// Answers the entry's callers with `outcome`, unless they were answered already.
+    pub fn give(&self, outcome: WriteOutcome) {
+        let replies = self.0.lock().unwrap_or_else(PoisonError::into_inner).take();
+        if let Some(replies) = replies {
+            replies.answer(outcome);
+        }
     }
 }
 
@@ -186,10 +224,11 @@ impl<S: Sink> Proposer<S> {
     async fn write_alone(&self, env: Envelope) -> Result<WriteOutcome, ProposeError> {
         self.counts.record_batch(1);
         self.counts.entries.fetch_add(1, Ordering::Relaxed);
-        match self.sink.propose(vec![env]).await {
-            Err(fatal) => Ok(Err(RaftError::Fatal(fatal))),
-            Ok(mut outcomes) => outcomes.next().await.ok_or(ProposeError::Unanswered),
-        }
+        let (reply, rx) = oneshot::channel();
+        self.sink
+            .propose(vec![env], vec![Answer::new(Replies::One(reply))])
+            .await;
+        rx.await.map_err(|_| ProposeError::Unanswered)
     }
 }
 
@@ -221,19 +260,10 @@ async fn run<S: Sink>(sink: Arc<S>, mut rx: mpsc::Receiver<Pending>, counts: Arc
         counts
             .entries
             .fetch_add(envs.len() as u64, Ordering::Relaxed);
-        match sink.propose(envs).await {
-            // Nothing was appended: a definite failure for each.
-            Err(fatal) => {
-                for reply in replies.into_iter().flat_map(Replies::into_senders) {
-                    let _ = reply.send(Err(RaftError::Fatal(fatal.clone())));
-                }
-            }
-            // A task per batch hands the outcomes out, so the next batch is proposed
-            // meanwhile.
-            Ok(outcomes) => {
-                tokio::spawn(hand_out(outcomes, replies));
-            }
-        }
+        // Returns once Raft has the entries; their answers come as they apply, so the next
+        // batch is proposed meanwhile.
+        sink.propose(envs, replies.into_iter().map(Answer::new).collect())
+            .await;
     }
 }
 
@@ -245,13 +275,6 @@ enum Replies {
 }
 
 impl Replies {
-    fn into_senders(self) -> Vec<oneshot::Sender<WriteOutcome>> {
-        match self {
-            Replies::One(reply) => vec![reply],
-            Replies::Many(replies) => replies,
-        }
-    }
-
     /// Answers the callers of one entry. An entry answered with something other than one
     /// response per item is a bug here or in apply: its callers are dropped unanswered (their
     /// outcome is unknown to them) rather than told something made up.
@@ -362,19 +385,6 @@ impl Open {
             });
             replies.push(Replies::Many(senders));
         }
-    }
-}
-
-/// Pairs the batch's outcomes with its entries' callers in order. When the stream ends early
-/// (Raft stopped), the callers left are dropped unanswered: their entries may have been
-/// appended, so their outcome is unknown, not failed.
-async fn hand_out(mut outcomes: Outcomes, replies: Vec<Replies>) {
-    for reply in replies {
-        let Some(outcome) = outcomes.next().await else {
-            return;
-        };
-        // A caller that stopped waiting dropped its receiver; nothing to tell it.
-        reply.answer(outcome);
     }
 }
 

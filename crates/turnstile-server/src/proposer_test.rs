@@ -4,6 +4,8 @@
 
 use std::sync::Mutex;
 
+use openraft::errors::Fatal;
+
 use futures::future::join_all;
 use turnstile_core::{ApplyError, Command, Outcome};
 
@@ -27,7 +29,7 @@ struct ScriptedSink {
 }
 
 impl Sink for ScriptedSink {
-    async fn propose(&self, envs: Vec<Envelope>) -> Result<Outcomes, Fatal<TypeConfig>> {
+    async fn propose(&self, envs: Vec<Envelope>, answers: Vec<Answer>) {
         self.batches
             .lock()
             .expect("no test thread panics holding the lock")
@@ -41,22 +43,29 @@ impl Sink for ScriptedSink {
             // meanwhile, so the later ones queue.
             Script::Refuse => {
                 tokio::task::yield_now().await;
-                return Err(Fatal::Stopped);
+                for answer in answers {
+                    answer.give(Err(RaftError::Fatal(Fatal::Stopped)));
+                }
+                return;
             }
             Script::Apply => envs.len(),
             Script::StopAfter(n) => n,
         };
         let outcomes: Vec<WriteOutcome> = envs.iter().take(answered).map(applied).collect();
-        Ok(later(outcomes))
+        give_later(outcomes, answers)
     }
 }
 
-/// `outcomes` as a stream that is not ready at its first poll, as entries are not applied
-/// the moment they are proposed.
-fn later(outcomes: Vec<WriteOutcome>) -> Outcomes {
-    futures::stream::once(tokio::task::yield_now())
-        .flat_map(move |()| futures::stream::iter(outcomes.clone()))
-        .boxed()
+/// Gives `outcomes` to the first answers in order, from a task of their own after a yield, as
+/// entries are not applied the moment they are proposed. Answers past the outcomes are
+/// dropped ungiven (Raft stopped meanwhile).
+fn give_later(outcomes: Vec<WriteOutcome>, answers: Vec<Answer>) {
+    tokio::spawn(async move {
+        tokio::task::yield_now().await;
+        for (answer, outcome) in answers.into_iter().zip(outcomes) {
+            answer.give(outcome);
+        }
+    });
 }
 
 /// Answers an entry as apply would, with each write's number (its request id) as revision: a
@@ -261,7 +270,7 @@ async fn writes_left_when_raft_stops_mid_batch_are_unanswered_not_failed() {
 async fn an_applied_error_reaches_its_own_caller() {
     struct OddFails;
     impl Sink for OddFails {
-        async fn propose(&self, envs: Vec<Envelope>) -> Result<Outcomes, Fatal<TypeConfig>> {
+        async fn propose(&self, envs: Vec<Envelope>, answers: Vec<Answer>) {
             let outcomes: Vec<WriteOutcome> = envs
                 .iter()
                 .map(|env| {
@@ -274,7 +283,7 @@ async fn an_applied_error_reaches_its_own_caller() {
                     Ok(outcome)
                 })
                 .collect();
-            Ok(later(outcomes))
+            give_later(outcomes, answers)
         }
     }
     let proposer = Proposer::start(OddFails);
@@ -392,7 +401,7 @@ async fn writes_of_an_unanswered_many_entry_are_unanswered_not_failed() {
 async fn a_many_entry_answered_whole_leaves_its_writes_unanswered() {
     struct Whole;
     impl Sink for Whole {
-        async fn propose(&self, envs: Vec<Envelope>) -> Result<Outcomes, Fatal<TypeConfig>> {
+        async fn propose(&self, envs: Vec<Envelope>, answers: Vec<Answer>) {
             let outcomes: Vec<WriteOutcome> = envs
                 .iter()
                 .map(|env| match env.command {
@@ -405,7 +414,7 @@ async fn a_many_entry_answered_whole_leaves_its_writes_unanswered() {
                     _ => applied(env),
                 })
                 .collect();
-            Ok(later(outcomes))
+            give_later(outcomes, answers)
         }
     }
     let proposer = Proposer::start(Whole);
