@@ -1,5 +1,6 @@
 //! `Proposer`: the leader's group proposal. Client writes that arrive together go to Raft as
-//! one `client_write_many` message instead of one message each; lock acquires and releases
+//! one batch of consecutive messages, which openraft's core takes as one (its receiver merges
+//! consecutive `ClientWrite`s, up to `api_batch_capacity`); lock acquires and releases
 //! among them share log entries (`Command::Many`), and so do key puts and deletes
 //! (`Command::KeyWrites`).
 //!
@@ -39,10 +40,11 @@ use turnstile_raft::types::{ClientWriteResult, Raft, TypeConfig};
 /// batch adds to the leader's log.
 pub const BATCH_ENTRIES_MAX: usize = 256;
 /// A write goes straight to Raft, not through the proposer task, when at most this many
-/// other writes are in flight. Each queued write costs two task hand-offs (to the proposer
-/// task, and its answer back through a task per batch); with one write in flight besides it
-/// that cost more than batching saved (W2's handoff chain, where the old holder's next
-/// acquire is usually in flight beside the release: 6-8% fewer handoffs with 0).
+/// other writes are in flight. A queued write costs a task hand-off to the proposer task (and,
+/// when this was measured, a second one for its answer, now given by Raft directly); with one
+/// write in flight besides it that cost more than batching saved (W2's handoff chain, where
+/// the old holder's next acquire is usually in flight beside the release: 6-8% fewer
+/// handoffs with 0).
 pub const DIRECT_OTHERS_IN_FLIGHT_MAX: u64 = 1;
 /// Writes waiting for the proposer task at most; a caller past it waits for room (its own
 /// request timeout still bounds the wait).
