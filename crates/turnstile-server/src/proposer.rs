@@ -55,21 +55,16 @@ pub type WriteOutcome = Result<Response, RaftError<TypeConfig, ClientWriteError<
 
 /// Where batches go: Raft in a node, a scripted stand-in in the unit tests.
 pub trait Sink: Send + Sync + 'static {
-    /// Appends `envs` as consecutive entries, in order, and gives each entry's outcome to its
-    /// `Answer` (`answers[i]` is `envs[i]`'s). An entry that was not appended is answered with
-    /// the reason; an answer dropped ungiven leaves its callers' outcome unknown.
-    fn propose(&self, envs: Vec<Envelope>, answers: Vec<Answer>)
-        -> impl Future<Output = ()> + Send;
+    /// Appends the entries as consecutive entries, in order, and gives each one's outcome to
+    /// its `Answer`. An entry that was not appended is answered with the reason; an answer
+    /// dropped ungiven leaves its callers' outcome unknown.
+    fn propose(&self, entries: Vec<(Envelope, Answer)>) -> impl Future<Output = ()> + Send;
 }
 
 impl Sink for Raft {
-    async fn propose(&self, envs: Vec<Envelope>, answers: Vec<Answer>) {
-        let mut answers = answers.into_iter();
-        for env in envs {
-            let Some(answer) = answers.next() else {
-                tracing::error!("an entry was proposed without its answer; not appended");
-                return;
-            };
+    async fn propose(&self, entries: Vec<(Envelope, Answer)>) {
+        let mut entries = entries.into_iter();
+        while let Some((env, answer)) = entries.next() {
             let given = answer.clone();
             let reply = Reply::new(move |result: ClientWriteResult| {
                 given.give(
@@ -83,7 +78,8 @@ impl Sink for Raft {
             if let Err(fatal) = self.client_write_ff(env, Some(reply)).await {
                 // The core stopped before it took this message: neither it nor any later
                 // entry of the batch was appended. The earlier ones may have been.
-                for not_appended in std::iter::once(answer).chain(answers) {
+                let later = entries.map(|(_, answer)| answer);
+                for not_appended in std::iter::once(answer).chain(later) {
                     not_appended.give(Err(RaftError::Fatal(fatal.clone())));
                 }
                 return;
@@ -228,7 +224,7 @@ impl<S: Sink> Proposer<S> {
         self.counts.entries.fetch_add(1, Ordering::Relaxed);
         let (reply, rx) = oneshot::channel();
         self.sink
-            .propose(vec![env], vec![Answer::new(Replies::One(reply))])
+            .propose(vec![(env, Answer::new(Replies::One(reply)))])
             .await;
         rx.await.map_err(|_| ProposeError::Unanswered)
     }
@@ -264,8 +260,8 @@ async fn run<S: Sink>(sink: Arc<S>, mut rx: mpsc::Receiver<Pending>, counts: Arc
             .fetch_add(envs.len() as u64, Ordering::Relaxed);
         // Returns once Raft has the entries; their answers come as they apply, so the next
         // batch is proposed meanwhile.
-        sink.propose(envs, replies.into_iter().map(Answer::new).collect())
-            .await;
+        let answers = replies.into_iter().map(Answer::new);
+        sink.propose(envs.into_iter().zip(answers).collect()).await;
     }
 }
 

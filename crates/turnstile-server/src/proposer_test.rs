@@ -29,7 +29,8 @@ struct ScriptedSink {
 }
 
 impl Sink for ScriptedSink {
-    async fn propose(&self, envs: Vec<Envelope>, answers: Vec<Answer>) {
+    async fn propose(&self, entries: Vec<(Envelope, Answer)>) {
+        let (envs, answers): (Vec<Envelope>, Vec<Answer>) = entries.into_iter().unzip();
         self.batches
             .lock()
             .expect("no test thread panics holding the lock")
@@ -270,7 +271,8 @@ async fn writes_left_when_raft_stops_mid_batch_are_unanswered_not_failed() {
 async fn an_applied_error_reaches_its_own_caller() {
     struct OddFails;
     impl Sink for OddFails {
-        async fn propose(&self, envs: Vec<Envelope>, answers: Vec<Answer>) {
+        async fn propose(&self, entries: Vec<(Envelope, Answer)>) {
+            let (envs, answers): (Vec<Envelope>, Vec<Answer>) = entries.into_iter().unzip();
             let outcomes: Vec<WriteOutcome> = envs
                 .iter()
                 .map(|env| {
@@ -401,7 +403,8 @@ async fn writes_of_an_unanswered_many_entry_are_unanswered_not_failed() {
 async fn a_many_entry_answered_whole_leaves_its_writes_unanswered() {
     struct Whole;
     impl Sink for Whole {
-        async fn propose(&self, envs: Vec<Envelope>, answers: Vec<Answer>) {
+        async fn propose(&self, entries: Vec<(Envelope, Answer)>) {
+            let (envs, answers): (Vec<Envelope>, Vec<Answer>) = entries.into_iter().unzip();
             let outcomes: Vec<WriteOutcome> = envs
                 .iter()
                 .map(|env| match env.command {
