@@ -38,6 +38,11 @@ pub struct App {
     /// Set by a graceful stop: `/readyz` answers 503 so load balancers move away first.
     pub draining: std::sync::atomic::AtomicBool,
     phase: RwLock<Phase>,
+    /// Held while the identity file is composed and written. Two writers (the admit RPC moving
+    /// the phase, housekeeping recording the cluster id) share one temp file name, and each
+    /// writes what it read of the other's field: unserialised, one fails its rename, or
+    /// writes an older phase back over a newer one.
+    identity_write: std::sync::Mutex<()>,
     /// Watch streams and waiting requests per principal on this node (`crate::auth`).
     pub node_usage: crate::auth::NodeUsage,
     /// `/readyz`'s probe and its newest result (`crate::readiness`).
@@ -108,6 +113,7 @@ impl App {
             stopping: tokio::sync::watch::channel(false).0,
             draining: Default::default(),
             phase: RwLock::new(phase),
+            identity_write: Default::default(),
             node_usage: Default::default(),
             readiness: Default::default(),
             leader_contact: Default::default(),
@@ -171,6 +177,7 @@ impl App {
     /// Moves to `phase`, persisting it first: a node must never vote after a restart on the
     /// strength of a phase it had not yet written down.
     pub fn set_phase(&self, phase: Phase) -> Result<(), IdentityError> {
+        let _writing = self.identity_write.lock().unwrap_or_else(|p| p.into_inner());
         let cluster_id = self.peers.identity().cluster_id();
         identity::store(
             &self.cfg.data_dir,
@@ -188,12 +195,10 @@ impl App {
 
     /// Records the replicated cluster id in the identity file once it is known.
     pub(crate) fn learn_cluster_id(&self, cluster_id: &str) -> Result<(), IdentityError> {
+        let _writing = self.identity_write.lock().unwrap_or_else(|p| p.into_inner());
         let cell = &self.peers.identity().cluster_id;
         if cell.read().ok().and_then(|c| c.clone()).as_deref() == Some(cluster_id) {
             return Ok(());
-        }
-        if let Ok(mut c) = cell.write() {
-            *c = Some(cluster_id.to_string());
         }
         let identity = Identity {
             node_id: self.cfg.id,
@@ -201,6 +206,10 @@ impl App {
             phase: self.phase(),
         };
         identity::store(&self.cfg.data_dir, &identity)?;
+        // Only once it is on disk: a failed write is tried again by the next housekeeping.
+        if let Ok(mut c) = cell.write() {
+            *c = Some(cluster_id.to_string());
+        }
         tracing::info!(cluster_id, "cluster id recorded");
         Ok(())
     }

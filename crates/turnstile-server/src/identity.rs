@@ -105,7 +105,11 @@ pub fn store(dir: &Path, identity: &Identity) -> Result<(), IdentityError> {
         path: path.clone(),
         source,
     };
-    let tmp = dir.join(format!("{IDENTITY_FILE}.tmp"));
+    // A temp name of its own per call: two stores at once must not rename each other's file
+    // away (the second rename would fail with "No such file or directory").
+    static NEXT_TMP: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT_TMP.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = dir.join(format!("{IDENTITY_FILE}.{}.{n}.tmp", std::process::id()));
     let bytes = serde_json::to_vec_pretty(identity).map_err(|source| IdentityError::Corrupt {
         path: path.clone(),
         source,
@@ -121,6 +125,36 @@ pub fn store(dir: &Path, identity: &Identity) -> Result<(), IdentityError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn concurrent_stores_all_succeed() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let phases = [Phase::Learning, Phase::Member];
+        std::thread::scope(|s| {
+            for phase in phases {
+                let dir = dir.path();
+                s.spawn(move || {
+                    for _ in 0..200 {
+                        let id = Identity {
+                            node_id: 1,
+                            cluster_id: Some("c".into()),
+                            phase,
+                        };
+                        store(dir, &id).expect("a store racing another must succeed");
+                    }
+                });
+            }
+        });
+        let last = load(dir.path(), 1).expect("load").expect("stored");
+        assert!(phases.contains(&last.phase), "{last:?}");
+        let leftovers: Vec<_> = fs::read_dir(dir.path())
+            .expect("read dir")
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name())
+            .filter(|n| n != IDENTITY_FILE)
+            .collect();
+        assert!(leftovers.is_empty(), "temp files left: {leftovers:?}");
+    }
 
     #[test]
     fn round_trip_and_wrong_node() {
