@@ -177,7 +177,7 @@ impl App {
     /// Moves to `phase`, persisting it first: a node must never vote after a restart on the
     /// strength of a phase it had not yet written down.
     pub fn set_phase(&self, phase: Phase) -> Result<(), IdentityError> {
-        let _writing = self.identity_write.lock().unwrap_or_else(|p| p.into_inner());
+        let _writing = self.identity_writer();
         let cluster_id = self.peers.identity().cluster_id();
         identity::store(
             &self.cfg.data_dir,
@@ -193,9 +193,17 @@ impl App {
         Ok(())
     }
 
+    /// The identity file's lock (see `identity_write`). It guards no data (the file is what it
+    /// protects), so a poisoned one is taken all the same.
+    fn identity_writer(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.identity_write
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
     /// Records the replicated cluster id in the identity file once it is known.
     pub(crate) fn learn_cluster_id(&self, cluster_id: &str) -> Result<(), IdentityError> {
-        let _writing = self.identity_write.lock().unwrap_or_else(|p| p.into_inner());
+        let _writing = self.identity_writer();
         let cell = &self.peers.identity().cluster_id;
         if cell.read().ok().and_then(|c| c.clone()).as_deref() == Some(cluster_id) {
             return Ok(());
