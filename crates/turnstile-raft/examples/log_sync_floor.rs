@@ -6,7 +6,7 @@
 //!   (`WAIT_BEFORE | WRITE | WAIT_AFTER`) between the two, to tell that call's cost apart;
 //! - `growing file`: `pwrite` past the end, then `fdatasync`, which then also commits the new
 //!   length, as sled's appends do;
-//! - `sled`: a sled tree configured as the log store's (`log_store/disk.rs`): insert, then
+//! - `sled`: a sled tree opened by the log store's own `open_db`: insert, then
 //!   `db.flush()` (sled's own `pwrite` and `sync_file_range`), then `fdatasync` of its `db`
 //!   file, as the flusher does for every batch; then the same split into its three steps;
 //! - `sled, presized segment`: the same, but after the first append the `db` file is
@@ -22,7 +22,7 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::time::{Duration, Instant};
 
-use turnstile_raft::log_store::SLED_SEGMENT_BYTES;
+use turnstile_raft::log_store::{open_db, SLED_SEGMENT_BYTES};
 
 /// About one W1 entry as the log stores it.
 const ENTRY_BYTES: usize = 256;
@@ -100,13 +100,8 @@ struct SledTimes {
 
 fn sled_appends(n: usize, entry: &[u8], presize: bool) -> anyhow::Result<SledTimes> {
     let dir = tempfile::tempdir_in(".")?;
-    // As `log_store/disk.rs` opens it.
-    let db = sled::Config::new()
-        .path(dir.path())
-        .cache_capacity(64 * 1024 * 1024)
-        .segment_size(SLED_SEGMENT_BYTES)
-        .flush_every_ms(None)
-        .open()?;
+    // Opened as the log store opens it.
+    let db = open_db(dir.path())?;
     let tree = db.open_tree("log")?;
     let db_file = File::open(dir.path().join("db"))?;
     let mut t = SledTimes::default();

@@ -44,6 +44,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 pub use self::disk::check_blobs_empty;
+pub use self::disk::open_db;
 pub use self::flusher::SyncFailure;
 pub use self::flusher::SYNC_FAILED_EXIT_CODE;
 
@@ -53,7 +54,6 @@ use self::codec::encode_entries;
 use self::codec::invalid_data;
 use self::codec::key_index;
 use self::codec::key_range;
-use self::disk::open_db;
 use self::disk::sync_store_files;
 use self::flusher::Flusher;
 use self::flusher::MarkSource;

@@ -39,9 +39,8 @@ pub struct App {
     pub draining: std::sync::atomic::AtomicBool,
     phase: RwLock<Phase>,
     /// Held while the identity file is composed and written. Two writers (the admit RPC moving
-    /// the phase, housekeeping recording the cluster id) share one temp file name, and each
-    /// writes what it read of the other's field: unserialised, one fails its rename, or
-    /// writes an older phase back over a newer one.
+    /// the phase, housekeeping recording the cluster id) each write what they read of the
+    /// other's field: unserialised, one could write an older phase back over a newer one.
     identity_write: std::sync::Mutex<()>,
     /// Watch streams and waiting requests per principal on this node (`crate::auth`).
     pub node_usage: crate::auth::NodeUsage,

@@ -105,11 +105,12 @@ pub fn store(dir: &Path, identity: &Identity) -> Result<(), IdentityError> {
         path: path.clone(),
         source,
     };
-    // A temp name of its own per call: two stores at once must not rename each other's file
-    // away (the second rename would fail with "No such file or directory").
-    static NEXT_TMP: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = NEXT_TMP.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let tmp = dir.join(format!("{IDENTITY_FILE}.{}.{n}.tmp", std::process::id()));
+    // One store at a time in this process: two at once would share the temp file, and the
+    // second rename would find it gone ("No such file or directory"). A fixed temp name (not
+    // one per call) so a crash mid-store leaves nothing the next store does not overwrite.
+    static STORING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _storing = STORING.lock().unwrap_or_else(|p| p.into_inner());
+    let tmp = dir.join(format!("{IDENTITY_FILE}.tmp"));
     let bytes = serde_json::to_vec_pretty(identity).map_err(|source| IdentityError::Corrupt {
         path: path.clone(),
         source,

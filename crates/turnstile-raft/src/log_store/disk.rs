@@ -37,8 +37,9 @@ pub fn check_blobs_empty(dir: &Path) -> Result<(), LogStoreError> {
 /// Opens sled, waiting up to `OPEN_LOCK_WAIT_MS_MAX` for its lock on `<dir>/db`. After the last
 /// handle of a previous store drops, sled's own thread pool can still hold the file for a moment
 /// (buffer writes, segment truncation), so a restart in the same process may find it locked.
-/// A store held by another live process is still refused, after the wait.
-pub(super) fn open_db(dir: &Path) -> Result<sled::Db, LogStoreError> {
+/// A store held by another live process is still refused, after the wait. Public for the
+/// `log_sync_floor` example, which times appends through sled opened exactly so.
+pub fn open_db(dir: &Path) -> Result<sled::Db, LogStoreError> {
     let config = sled::Config::new()
         .path(dir)
         .cache_capacity(CACHE_BYTES)
