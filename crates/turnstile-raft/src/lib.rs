@@ -9,6 +9,7 @@ pub mod faults;
 pub mod log_store;
 pub mod network;
 pub mod peer_auth;
+pub mod peer_conn;
 pub mod peer_health;
 pub mod responder;
 pub mod snapshot_files;

@@ -11,7 +11,9 @@
 //! only if it carries a valid reply MAC, so an address that is not a member (anyone can ask
 //! the leader to add one) can neither make a node allocate what it likes nor put words in its
 //! errors. Connect failures and fault-injected cuts are reported as `Unreachable`, so openraft
-//! backs off; RPC deadlines come from openraft's `RPCOption`.
+//! backs off; RPC deadlines come from openraft's `RPCOption`. Appends and heartbeats, the bulk
+//! of the traffic, go over a connection of their own per follower that the replication task
+//! drives itself ([`crate::peer_conn`]), signed and checked the same way.
 
 use std::future::Future;
 use std::sync::{Arc, RwLock};
@@ -33,6 +35,7 @@ use turnstile_core::codec;
 
 use crate::faults::Faults;
 use crate::peer_auth::{PeerKey, RequestHead, AUTH_HEADER, REPLY_AUTH_HEADER};
+use crate::peer_conn::{PeerConn, RawReply};
 use crate::types::{Node, NodeId, Snapshot, SnapshotData, SnapshotMeta, TypeConfig, Vote};
 
 /// Header carrying the sending node's id.
@@ -43,7 +46,7 @@ pub const CLUSTER_ID_HEADER: &str = "x-turnstile-cluster-id";
 pub const BINCODE_CONTENT_TYPE: &str = "application/x-turnstile-bincode";
 
 /// How long to wait for a TCP connection to a peer.
-const CONNECT_TIMEOUT_MS: u64 = 300;
+pub(crate) const CONNECT_TIMEOUT_MS: u64 = 300;
 
 /// Largest peer reply read. Replies are small (votes, append results, read answers of at most
 /// a few MiB); a peer sending more is cut off rather than buffered.
@@ -59,6 +62,9 @@ pub enum PeerError {
         peer: NodeId,
         source: reqwest::Error,
     },
+    /// A replication connection ([`crate::peer_conn`]) could not be opened.
+    #[error("cannot connect to peer {peer}: {reason}")]
+    Dial { peer: NodeId, reason: String },
     #[error("peer {peer} did not answer in time")]
     Timeout { peer: NodeId },
     #[error("request to peer {peer} failed: {source}")]
@@ -66,6 +72,9 @@ pub enum PeerError {
         peer: NodeId,
         source: reqwest::Error,
     },
+    /// A replication connection failed mid-call (it is then dropped, never reused).
+    #[error("request to peer {peer} failed: {reason}")]
+    Transport { peer: NodeId, reason: String },
     #[error("peer {peer} refused: HTTP {status}: {body}")]
     Refused {
         peer: NodeId,
@@ -90,7 +99,10 @@ pub enum PeerError {
 impl PeerError {
     /// True when the request certainly never reached the peer's handler.
     pub fn not_sent(&self) -> bool {
-        matches!(self, PeerError::Blocked { .. } | PeerError::Connect { .. })
+        matches!(
+            self,
+            PeerError::Blocked { .. } | PeerError::Connect { .. } | PeerError::Dial { .. }
+        )
     }
 }
 
@@ -118,11 +130,35 @@ impl PeerIdentity {
     }
 }
 
+/// How this node calls its peers: swapped whole when the TLS certificates are reloaded.
+#[derive(Debug)]
+pub struct Transport {
+    /// Every peer call but appends and heartbeats.
+    http: reqwest::Client,
+    /// The client config the replication connections ([`crate::peer_conn`]) open TLS with;
+    /// `None` over plain HTTP.
+    pub(crate) tls: Option<Arc<rustls::ClientConfig>>,
+    /// An idle connection is dropped after this long (below the peers' own idle timeout).
+    pub(crate) pool_idle: Duration,
+}
+
+impl Transport {
+    pub(crate) fn new(
+        pool_idle: Duration,
+        tls: Option<rustls::ClientConfig>,
+    ) -> Result<Transport, reqwest::Error> {
+        Ok(Transport {
+            http: build_http(pool_idle, tls.clone())?,
+            tls: tls.map(Arc::new),
+            pool_idle,
+        })
+    }
+}
+
 /// An HTTP client for node-to-node calls, shared by Raft RPCs and leader proxying.
 #[derive(Debug, Clone)]
 pub struct PeerClient {
-    /// Swapped whole when the TLS certificates are reloaded.
-    http: Arc<ArcSwap<reqwest::Client>>,
+    transport: Arc<ArcSwap<Transport>>,
     /// Peers are called over mutual TLS (`https://`).
     tls: bool,
     pool_idle: Duration,
@@ -144,9 +180,9 @@ impl PeerClient {
         tls: Option<rustls::ClientConfig>,
     ) -> Result<PeerClient, reqwest::Error> {
         let secure = tls.is_some();
-        let http = build_http(pool_idle, tls)?;
+        let transport = Transport::new(pool_idle, tls)?;
         Ok(PeerClient {
-            http: Arc::new(ArcSwap::from_pointee(http)),
+            transport: Arc::new(ArcSwap::from_pointee(transport)),
             tls: secure,
             pool_idle,
             identity,
@@ -156,14 +192,15 @@ impl PeerClient {
     }
 
     /// Uses `tls` for every peer call from now on (a certificate reload). Connections opened
-    /// with the old certificate stay with the old client until its requests finish. Ignored
+    /// with the old certificate stay with the old client until its requests finish; a
+    /// replication connection is opened again for its next call. Ignored
     /// by a client that calls peers over plain HTTP: TLS is chosen at start.
     pub fn set_tls(&self, tls: rustls::ClientConfig) -> Result<(), reqwest::Error> {
         if !self.tls {
             return Ok(());
         }
-        self.http
-            .store(Arc::new(build_http(self.pool_idle, Some(tls))?));
+        self.transport
+            .store(Arc::new(Transport::new(self.pool_idle, Some(tls))?));
         Ok(())
     }
 
@@ -189,6 +226,31 @@ impl PeerClient {
         path: &str,
         body: Vec<u8>,
     ) -> Result<(reqwest::RequestBuilder, String), PeerError> {
+        let (mac, cluster_id) = self.sign(peer, path, &body)?;
+        let scheme = if self.tls { "https" } else { "http" };
+        let mut rb = self
+            .transport
+            .load()
+            .http
+            .post(format!("{scheme}://{addr}{path}"))
+            .header(FROM_HEADER, self.identity.node_id)
+            .header(AUTH_HEADER, &mac)
+            .header(reqwest::header::CONTENT_TYPE, BINCODE_CONTENT_TYPE)
+            .body(body);
+        if let Some(cid) = cluster_id {
+            rb = rb.header(CLUSTER_ID_HEADER, cid);
+        }
+        Ok((rb, mac))
+    }
+
+    /// The MAC of a `POST path` of `body` and the cluster id it names, or `Blocked` if the
+    /// link to `peer` is cut.
+    fn sign(
+        &self,
+        peer: NodeId,
+        path: &str,
+        body: &[u8],
+    ) -> Result<(String, Option<String>), PeerError> {
         if self.faults.is_blocked(peer) {
             return Err(PeerError::Blocked { peer });
         }
@@ -199,20 +261,97 @@ impl PeerClient {
             from: self.identity.node_id,
             cluster_id: cluster_id.as_deref().unwrap_or(""),
         };
-        let mac = self.identity.key.sign_request(&head, &body);
-        let scheme = if self.tls { "https" } else { "http" };
-        let mut rb = self
-            .http
-            .load()
-            .post(format!("{scheme}://{addr}{path}"))
+        Ok((self.identity.key.sign_request(&head, body), cluster_id))
+    }
+
+    /// One bincode RPC like [`PeerClient::rpc`], over `conn` (a replication connection that
+    /// the calling task drives) instead of the shared client's pool.
+    pub async fn rpc_on<Req, Resp>(
+        &self,
+        conn: &mut PeerConn,
+        peer: NodeId,
+        addr: &str,
+        path: &str,
+        req: &Req,
+        timeout: Duration,
+    ) -> Result<Resp, PeerError>
+    where
+        Req: Serialize,
+        Resp: DeserializeOwned,
+    {
+        let result = self.rpc_on_once(conn, peer, addr, path, req, timeout).await;
+        self.health.observe(peer, &result);
+        result
+    }
+
+    async fn rpc_on_once<Req, Resp>(
+        &self,
+        conn: &mut PeerConn,
+        peer: NodeId,
+        addr: &str,
+        path: &str,
+        req: &Req,
+        timeout: Duration,
+    ) -> Result<Resp, PeerError>
+    where
+        Req: Serialize,
+        Resp: DeserializeOwned,
+    {
+        let body = codec::encode(req).map_err(|source| PeerError::Decode { peer, source })?;
+        let (request_mac, cluster_id) = self.sign(peer, path, &body)?;
+        let transport_error = |e: hyper::http::Error| PeerError::Transport {
+            peer,
+            reason: e.to_string(),
+        };
+        let mut request = hyper::Request::post(path)
+            .header(hyper::header::HOST, addr)
             .header(FROM_HEADER, self.identity.node_id)
-            .header(AUTH_HEADER, &mac)
-            .header(reqwest::header::CONTENT_TYPE, BINCODE_CONTENT_TYPE)
-            .body(body);
+            .header(AUTH_HEADER, &request_mac)
+            .header(hyper::header::CONTENT_TYPE, BINCODE_CONTENT_TYPE);
         if let Some(cid) = cluster_id {
-            rb = rb.header(CLUSTER_ID_HEADER, cid);
+            request = request.header(CLUSTER_ID_HEADER, cid);
         }
-        Ok((rb, mac))
+        let request = request
+            .body(http_body_util::Full::new(bytes::Bytes::from(body)))
+            .map_err(transport_error)?;
+        let transport = self.transport.load_full();
+        let reply = conn
+            .exchange(&transport, peer, addr, request, timeout)
+            .await?;
+        // A peer cut off mid-flight must not deliver its answer either.
+        if self.faults.is_blocked(peer) {
+            return Err(PeerError::Blocked { peer });
+        }
+        self.accept(peer, &request_mac, reply)
+    }
+
+    /// Decodes a reply, only if its MAC proves it comes from a holder of the cluster secret.
+    fn accept<Resp: DeserializeOwned>(
+        &self,
+        peer: NodeId,
+        request_mac: &str,
+        reply: RawReply,
+    ) -> Result<Resp, PeerError> {
+        let RawReply {
+            status,
+            reply_mac,
+            body,
+        } = reply;
+        let proven = reply_mac.is_some_and(|mac| {
+            self.identity
+                .key
+                .verify_reply(request_mac, status, &body, &mac)
+        });
+        if !proven {
+            return Err(PeerError::Unproven { peer, status });
+        }
+        if !(200..300).contains(&status) {
+            let body = String::from_utf8_lossy(&body).chars().take(200).collect();
+            return Err(PeerError::Refused { peer, status, body });
+        }
+        let result: Result<Resp, String> =
+            codec::decode(&body).map_err(|source| PeerError::Decode { peer, source })?;
+        result.map_err(|message| PeerError::Remote { peer, message })
     }
 
     /// Sends a request and maps transport failures to [`PeerError`].
@@ -291,29 +430,13 @@ impl PeerClient {
             .get(REPLY_AUTH_HEADER)
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned);
-        let bytes = read_bounded(peer, resp).await?;
-        let proven = reply_mac.is_some_and(|mac| {
-            self.identity
-                .key
-                .verify_reply(&request_mac, status.as_u16(), &bytes, &mac)
-        });
-        if !proven {
-            return Err(PeerError::Unproven {
-                peer,
-                status: status.as_u16(),
-            });
-        }
-        if !status.is_success() {
-            let body = String::from_utf8_lossy(&bytes).chars().take(200).collect();
-            return Err(PeerError::Refused {
-                peer,
-                status: status.as_u16(),
-                body,
-            });
-        }
-        let result: Result<Resp, String> =
-            codec::decode(&bytes).map_err(|source| PeerError::Decode { peer, source })?;
-        result.map_err(|message| PeerError::Remote { peer, message })
+        let body = read_bounded(peer, resp).await?;
+        let reply = RawReply {
+            status: status.as_u16(),
+            reply_mac,
+            body: body.into(),
+        };
+        self.accept(peer, &request_mac, reply)
     }
 }
 
@@ -386,6 +509,7 @@ impl RaftNetworkFactory<TypeConfig> for PeerNetworkFactory {
             client: self.client.clone(),
             target,
             addr: node.addr.clone(),
+            conn: PeerConn::default(),
         }
     }
 }
@@ -395,12 +519,15 @@ pub struct PeerNetwork {
     client: PeerClient,
     target: NodeId,
     addr: String,
+    /// Appends and heartbeats: this replication stream's own connection.
+    conn: PeerConn,
 }
 
 fn to_rpc_error(e: PeerError) -> RPCError<TypeConfig> {
     match e {
         PeerError::Blocked { .. }
         | PeerError::Connect { .. }
+        | PeerError::Dial { .. }
         | PeerError::Refused { .. }
         | PeerError::Unproven { .. }
         | PeerError::Remote { .. } => RPCError::Unreachable(Unreachable::new(&e)),
@@ -430,7 +557,17 @@ impl RaftNetworkV2<TypeConfig> for PeerNetwork {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
-        self.call("/raft/append", &rpc, &option).await
+        self.client
+            .rpc_on(
+                &mut self.conn,
+                self.target,
+                &self.addr,
+                "/raft/append",
+                &rpc,
+                option.hard_ttl(),
+            )
+            .await
+            .map_err(to_rpc_error)
     }
 
     async fn vote(

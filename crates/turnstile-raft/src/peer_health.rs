@@ -98,8 +98,10 @@ fn unreachable(e: &PeerError) -> bool {
         e,
         PeerError::Blocked { .. }
             | PeerError::Connect { .. }
+            | PeerError::Dial { .. }
             | PeerError::Timeout { .. }
             | PeerError::Http { .. }
+            | PeerError::Transport { .. }
     )
 }
 
