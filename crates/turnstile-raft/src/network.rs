@@ -158,10 +158,9 @@ impl Transport {
 /// An HTTP client for node-to-node calls, shared by Raft RPCs and leader proxying.
 #[derive(Debug, Clone)]
 pub struct PeerClient {
+    /// Whether peers are called over TLS, and the idle limit, are the transport's: TLS is
+    /// chosen at start and a reload keeps it.
     transport: Arc<ArcSwap<Transport>>,
-    /// Peers are called over mutual TLS (`https://`).
-    tls: bool,
-    pool_idle: Duration,
     identity: PeerIdentity,
     faults: Faults,
     /// Which peers stopped answering: logged once per outage (`crate::peer_health`).
@@ -179,12 +178,9 @@ impl PeerClient {
         pool_idle: Duration,
         tls: Option<rustls::ClientConfig>,
     ) -> Result<PeerClient, reqwest::Error> {
-        let secure = tls.is_some();
         let transport = Transport::new(pool_idle, tls)?;
         Ok(PeerClient {
             transport: Arc::new(ArcSwap::from_pointee(transport)),
-            tls: secure,
-            pool_idle,
             identity,
             faults,
             health: Default::default(),
@@ -196,17 +192,18 @@ impl PeerClient {
     /// replication connection is opened again for its next call. Ignored
     /// by a client that calls peers over plain HTTP: TLS is chosen at start.
     pub fn set_tls(&self, tls: rustls::ClientConfig) -> Result<(), reqwest::Error> {
-        if !self.tls {
+        let pool_idle = self.transport.load().pool_idle;
+        if !self.tls_enabled() {
             return Ok(());
         }
         self.transport
-            .store(Arc::new(Transport::new(self.pool_idle, Some(tls))?));
+            .store(Arc::new(Transport::new(pool_idle, Some(tls))?));
         Ok(())
     }
 
     /// True when peers are called over mutual TLS.
     pub fn tls_enabled(&self) -> bool {
-        self.tls
+        self.transport.load().tls.is_some()
     }
 
     pub fn identity(&self) -> &PeerIdentity {
@@ -227,10 +224,13 @@ impl PeerClient {
         body: Vec<u8>,
     ) -> Result<(reqwest::RequestBuilder, String), PeerError> {
         let (mac, cluster_id) = self.sign(peer, path, &body)?;
-        let scheme = if self.tls { "https" } else { "http" };
-        let mut rb = self
-            .transport
-            .load()
+        let transport = self.transport.load();
+        let scheme = if transport.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        let mut rb = transport
             .http
             .post(format!("{scheme}://{addr}{path}"))
             .header(FROM_HEADER, self.identity.node_id)
@@ -279,30 +279,22 @@ impl PeerClient {
         Req: Serialize,
         Resp: DeserializeOwned,
     {
-        let result = self.rpc_on_once(conn, peer, addr, path, req, timeout).await;
-        self.health.observe(peer, &result);
-        result
+        self.observed(Some(conn), peer, addr, path, req, timeout)
+            .await
     }
 
-    async fn rpc_on_once<Req, Resp>(
+    /// Signs `body` and sends it over `conn`. Returns the request's MAC and the reply, which is
+    /// not checked yet.
+    async fn exchange_on(
         &self,
         conn: &mut PeerConn,
         peer: NodeId,
         addr: &str,
         path: &str,
-        req: &Req,
+        body: Vec<u8>,
         timeout: Duration,
-    ) -> Result<Resp, PeerError>
-    where
-        Req: Serialize,
-        Resp: DeserializeOwned,
-    {
-        let body = codec::encode(req).map_err(|source| PeerError::Decode { peer, source })?;
+    ) -> Result<(String, RawReply), PeerError> {
         let (request_mac, cluster_id) = self.sign(peer, path, &body)?;
-        let transport_error = |e: hyper::http::Error| PeerError::Transport {
-            peer,
-            reason: e.to_string(),
-        };
         let mut request = hyper::Request::post(path)
             .header(hyper::header::HOST, addr)
             .header(FROM_HEADER, self.identity.node_id)
@@ -313,7 +305,10 @@ impl PeerClient {
         }
         let request = request
             .body(http_body_util::Full::new(bytes::Bytes::from(body)))
-            .map_err(transport_error)?;
+            .map_err(|e| PeerError::Transport {
+                peer,
+                reason: e.to_string(),
+            })?;
         let transport = self.transport.load_full();
         let reply = conn
             .exchange(&transport, peer, addr, request, timeout)
@@ -322,7 +317,7 @@ impl PeerClient {
         if self.faults.is_blocked(peer) {
             return Err(PeerError::Blocked { peer });
         }
-        self.accept(peer, &request_mac, reply)
+        Ok((request_mac, reply))
     }
 
     /// Decodes a reply, only if its MAC proves it comes from a holder of the cluster secret.
@@ -389,7 +384,25 @@ impl PeerClient {
         Req: Serialize,
         Resp: DeserializeOwned,
     {
-        let result = self.rpc_once(peer, addr, path, req, timeout).await;
+        self.observed(None, peer, addr, path, req, timeout).await
+    }
+
+    /// One RPC over `conn`, or over the shared client's pool without one, noted in the peer's
+    /// health either way.
+    async fn observed<Req, Resp>(
+        &self,
+        conn: Option<&mut PeerConn>,
+        peer: NodeId,
+        addr: &str,
+        path: &str,
+        req: &Req,
+        timeout: Duration,
+    ) -> Result<Resp, PeerError>
+    where
+        Req: Serialize,
+        Resp: DeserializeOwned,
+    {
+        let result = self.rpc_once(conn, peer, addr, path, req, timeout).await;
         self.health.observe(peer, &result);
         result
     }
@@ -411,6 +424,7 @@ impl PeerClient {
 
     async fn rpc_once<Req, Resp>(
         &self,
+        conn: Option<&mut PeerConn>,
         peer: NodeId,
         addr: &str,
         path: &str,
@@ -422,6 +436,29 @@ impl PeerClient {
         Resp: DeserializeOwned,
     {
         let body = codec::encode(req).map_err(|source| PeerError::Decode { peer, source })?;
+        let (request_mac, reply) = match conn {
+            Some(conn) => {
+                self.exchange_on(conn, peer, addr, path, body, timeout)
+                    .await?
+            }
+            None => {
+                self.exchange_pooled(peer, addr, path, body, timeout)
+                    .await?
+            }
+        };
+        self.accept(peer, &request_mac, reply)
+    }
+
+    /// Signs `body` and sends it through the shared client's pool. Returns the request's MAC
+    /// and the reply, which is not checked yet.
+    async fn exchange_pooled(
+        &self,
+        peer: NodeId,
+        addr: &str,
+        path: &str,
+        body: Vec<u8>,
+        timeout: Duration,
+    ) -> Result<(String, RawReply), PeerError> {
         let (rb, request_mac) = self.request(peer, addr, path, body)?;
         let resp = self.send(peer, rb.timeout(timeout)).await?;
         let status = resp.status();
@@ -436,7 +473,7 @@ impl PeerClient {
             reply_mac,
             body: body.into(),
         };
-        self.accept(peer, &request_mac, reply)
+        Ok((request_mac, reply))
     }
 }
 

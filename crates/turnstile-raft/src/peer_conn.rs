@@ -363,34 +363,30 @@ mod tests {
 
     const DEADLINE: Duration = Duration::from_secs(5);
 
-    #[tokio::test]
-    async fn one_connection_carries_every_call() {
-        let (addr, accepted) = peer(Peer::KeepAlive).await;
+    /// `calls` calls on one `PeerConn` over one transport, each answered "ok"; returns how many
+    /// connections the peer accepted.
+    async fn calls_answered(behaviour: Peer, calls: usize) -> usize {
+        let (addr, accepted) = peer(behaviour).await;
         let transport = plain();
         let mut conn = PeerConn::default();
-        for _ in 0..20 {
+        for _ in 0..calls {
             let reply = conn
                 .exchange(&transport, 2, &addr, request(), DEADLINE)
                 .await
                 .expect("a reply");
             assert_eq!((reply.status, &reply.body[..]), (200, &b"ok"[..]));
         }
-        assert_eq!(accepted.load(Ordering::SeqCst), 1);
+        accepted.load(Ordering::SeqCst)
+    }
+
+    #[tokio::test]
+    async fn one_connection_carries_every_call() {
+        assert_eq!(calls_answered(Peer::KeepAlive, 20).await, 1);
     }
 
     #[tokio::test]
     async fn a_connection_the_peer_closed_is_replaced_and_no_call_fails() {
-        let (addr, accepted) = peer(Peer::CloseAfterEach).await;
-        let transport = plain();
-        let mut conn = PeerConn::default();
-        for _ in 0..5 {
-            let reply = conn
-                .exchange(&transport, 2, &addr, request(), DEADLINE)
-                .await
-                .expect("a reply");
-            assert_eq!(&reply.body[..], b"ok");
-        }
-        assert_eq!(accepted.load(Ordering::SeqCst), 5);
+        assert_eq!(calls_answered(Peer::CloseAfterEach, 5).await, 5);
     }
 
     #[tokio::test]
