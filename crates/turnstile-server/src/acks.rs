@@ -13,8 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use axum::extract::{Request, State};
-use axum::middleware::Next;
+use axum::extract::Request;
 use axum::response::{IntoResponse, Response};
 use tokio::sync::watch;
 use turnstile_core::{limits, Command};
@@ -92,33 +91,37 @@ fn bad_id_message() -> String {
     )
 }
 
-/// Middleware of the `/v1` routes: queues the request's acknowledgments, or refuses a
-/// malformed header with `400` before the request does anything.
-pub async fn gather(State(app): State<Arc<App>>, req: Request, next: Next) -> Response {
-    if let Some(value) = req.headers().get(ACK_HEADER) {
-        let ids = match value.to_str() {
-            Ok(v) => parse(v),
-            Err(_) => Err(ApiError::BadRequest(format!(
-                "{ACK_HEADER}: {}",
-                bad_id_message()
-            ))),
-        };
-        // An authenticated caller's ids are scoped to it, as its requests' were: a client can
-        // acknowledge only its own answers.
-        let caller = req.extensions().get::<crate::auth::Caller>();
-        let ids = ids.map(|ids| match caller {
-            Some(c) => ids
-                .into_iter()
-                .filter_map(|id| c.request_id(Some(id)))
-                .collect(),
-            None => ids,
-        });
-        match ids {
-            Ok(ids) => app.acks.push(ids),
-            Err(e) => return e.into_response(),
+/// For each `/v1` data request (a check of `crate::api`'s route middleware): queues the
+/// request's acknowledgments, or refuses a malformed header with `400` before the request does
+/// anything.
+pub fn gather(app: &App, req: &Request) -> Result<(), Response> {
+    let Some(value) = req.headers().get(ACK_HEADER) else {
+        return Ok(());
+    };
+    let ids = match value.to_str() {
+        Ok(v) => parse(v),
+        Err(_) => Err(ApiError::BadRequest(format!(
+            "{ACK_HEADER}: {}",
+            bad_id_message()
+        ))),
+    };
+    // An authenticated caller's ids are scoped to it, as its requests' were: a client can
+    // acknowledge only its own answers.
+    let caller = req.extensions().get::<crate::auth::Caller>();
+    let ids = ids.map(|ids| match caller {
+        Some(c) => ids
+            .into_iter()
+            .filter_map(|id| c.request_id(Some(id)))
+            .collect(),
+        None => ids,
+    });
+    match ids {
+        Ok(ids) => {
+            app.acks.push(ids);
+            Ok(())
         }
+        Err(e) => Err(e.into_response()),
     }
-    next.run(req).await
 }
 
 /// Proposes gathered acknowledgments until `stop` flips.

@@ -13,10 +13,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use axum::extract::{FromRequestParts, Request, State};
+use axum::extract::{FromRequestParts, Request};
 use axum::http::request::Parts;
 use axum::http::{Extensions, HeaderMap};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use sha2::{Digest, Sha256};
 use turnstile_core::auth::{self as core_auth, TOKEN_ID_HEX_LEN};
@@ -112,17 +111,17 @@ impl<S: Send + Sync> FromRequestParts<S> for Caller {
     }
 }
 
-/// Middleware: authenticates the request and puts its [`Caller`] in its extensions, or
-/// answers `401 unauthenticated`.
-pub async fn layer(State(app): State<Arc<App>>, mut req: Request, next: Next) -> Response {
-    match authenticate(&app, req.headers(), req.extensions()).await {
+/// Authenticates the request and puts its [`Caller`] in its extensions, or answers `401
+/// unauthenticated` (the first check of `crate::api`'s route middleware).
+pub async fn admit(app: &App, req: &mut Request) -> Result<(), Response> {
+    match authenticate(app, req.headers(), req.extensions()).await {
         Ok(caller) => {
             req.extensions_mut().insert(caller);
-            next.run(req).await
+            Ok(())
         }
         Err(e) => {
             app.denials.client(req.uri().path(), None, &e.to_string());
-            e.into_response()
+            Err(e.into_response())
         }
     }
 }
