@@ -117,8 +117,21 @@ async fn a_full_disk_refuses_writes_and_recovers_when_space_is_freed() -> anyhow
     assert_eq!(put(&http, &base, "before", "1").await.0, 200);
 
     let filler = fs.fill_to("filler", LEFT_FREE_MIB)?;
-    let (code, body) = put(&http, &base, "full", "2").await;
-    eprintln!("write with {} MiB free: {code} {body}", fs.free_mib()?);
+    // A check that found enough space stands for `disk_space::ENOUGH_STANDS_MS`, so a write right after
+    // the fill may still be taken; the refusal must come within that window.
+    let filled = Instant::now();
+    let (code, body) = loop {
+        let (code, body) = put(&http, &base, "full", "2").await;
+        if code != 200 || filled.elapsed() > Duration::from_millis(WAIT_MS_MAX) {
+            break (code, body);
+        }
+        tokio::time::sleep(Duration::from_millis(POLL_MS)).await;
+    };
+    eprintln!(
+        "write with {} MiB free, {} ms after the fill: {code} {body}",
+        fs.free_mib()?,
+        filled.elapsed().as_millis()
+    );
     assert_eq!(code, 503, "{body}");
     assert_eq!(body["code"], "unavailable", "{body}");
     let message = body["message"].as_str().unwrap_or_default();
