@@ -14,7 +14,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::extract::Request;
-use axum::response::{IntoResponse, Response};
 use tokio::sync::watch;
 use turnstile_core::{limits, Command};
 
@@ -94,7 +93,7 @@ fn bad_id_message() -> String {
 /// For each `/v1` data request (a check of `crate::api`'s route middleware): queues the
 /// request's acknowledgments, or refuses a malformed header with `400` before the request does
 /// anything.
-pub fn gather(app: &App, req: &Request) -> Result<(), Response> {
+pub fn gather(app: &App, req: &Request) -> Result<(), ApiError> {
     let Some(value) = req.headers().get(ACK_HEADER) else {
         return Ok(());
     };
@@ -115,13 +114,8 @@ pub fn gather(app: &App, req: &Request) -> Result<(), Response> {
             .collect(),
         None => ids,
     });
-    match ids {
-        Ok(ids) => {
-            app.acks.push(ids);
-            Ok(())
-        }
-        Err(e) => Err(e.into_response()),
-    }
+    app.acks.push(ids?);
+    Ok(())
 }
 
 /// Proposes gathered acknowledgments until `stop` flips.

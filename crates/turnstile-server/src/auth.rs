@@ -16,7 +16,6 @@ use std::time::Duration;
 use axum::extract::{FromRequestParts, Request};
 use axum::http::request::Parts;
 use axum::http::{Extensions, HeaderMap};
-use axum::response::{IntoResponse, Response};
 use sha2::{Digest, Sha256};
 use turnstile_core::auth::{self as core_auth, TOKEN_ID_HEX_LEN};
 use turnstile_core::{ApplyError, Command};
@@ -111,19 +110,14 @@ impl<S: Send + Sync> FromRequestParts<S> for Caller {
     }
 }
 
-/// Authenticates the request and puts its [`Caller`] in its extensions, or answers `401
-/// unauthenticated` (the first check of `crate::api`'s route middleware).
-pub async fn admit(app: &App, req: &mut Request) -> Result<(), Response> {
-    match authenticate(app, req.headers(), req.extensions()).await {
-        Ok(caller) => {
-            req.extensions_mut().insert(caller);
-            Ok(())
-        }
-        Err(e) => {
-            app.denials.client(req.uri().path(), None, &e.to_string());
-            Err(e.into_response())
-        }
-    }
+/// Authenticates the request and puts its [`Caller`] in its extensions, or refuses it with
+/// `401 unauthenticated` (the first check of `crate::api`'s route middleware).
+pub async fn admit(app: &App, req: &mut Request) -> Result<(), ApiError> {
+    let caller = authenticate(app, req.headers(), req.extensions())
+        .await
+        .inspect_err(|e| app.denials.client(req.uri().path(), None, &e.to_string()))?;
+    req.extensions_mut().insert(caller);
+    Ok(())
 }
 
 /// Who sent a request with these headers and connection extensions.

@@ -202,7 +202,7 @@ pub fn router(app: Arc<App>) -> Router {
 async fn node_checks(State(app): State<Arc<App>>, mut req: Request, next: Next) -> Response {
     match caller_and_query(&app, &mut req).await {
         Ok(()) => next.run(req).await,
-        Err(refused) => refused,
+        Err(refused) => refused.into_response(),
     }
 }
 
@@ -211,19 +211,19 @@ async fn node_checks(State(app): State<Arc<App>>, mut req: Request, next: Next) 
 async fn member_checks(State(app): State<Arc<App>>, mut req: Request, next: Next) -> Response {
     let checked = async {
         caller_and_query(&app, &mut req).await?;
-        serving_refusal(&app).map_or(Ok(()), Err)?;
+        serving(&app)?;
         crate::acks::gather(&app, &req)
     };
     match checked.await {
         Ok(()) => next.run(req).await,
-        Err(refused) => refused,
+        Err(refused) => refused.into_response(),
     }
 }
 
 /// Who is calling is settled before anything about the request is judged, then its query.
-async fn caller_and_query(app: &App, req: &mut Request) -> Result<(), Response> {
+async fn caller_and_query(app: &App, req: &mut Request) -> Result<(), ApiError> {
     crate::auth::admit(app, req).await?;
-    query_refusal(req).map_or(Ok(()), Err)
+    query_allowed(req)
 }
 
 /// The `/debug/*` routes, on a node whose test hooks are on; none otherwise.
@@ -243,16 +243,16 @@ fn test_hooks(_app: &App) -> Router<Arc<App>> {
 
 /// Only a node that formed or (re)joined the cluster serves clients. An empty node of an
 /// existing cluster has nothing trustworthy to say.
-fn serving_refusal(app: &App) -> Option<Response> {
+fn serving(app: &App) -> Result<(), ApiError> {
     let phase = app.phase();
     if phase.may_serve() {
-        return None;
+        return Ok(());
     }
     let msg = format!(
         "node {} is {phase:?}: not (re)admitted to the cluster",
         app.node_id()
     );
-    Some(ApiError::NotMember(msg).into_response())
+    Err(ApiError::NotMember(msg))
 }
 
 /// The routes that take query parameters, by method and path; each checks its own
@@ -272,12 +272,14 @@ const QUERY_NAME_BYTES_QUOTED_MAX: usize = 64;
 /// Every other route refuses query parameters with `400 bad_request` instead of ignoring
 /// them, as docs/api.md promises: a misplaced field (`?wait_ms=`) or something this version
 /// does not do (`/v1/kv/a?prefix=`) must not be answered as if it were not there.
-fn query_refusal(req: &Request) -> Option<Response> {
+fn query_allowed(req: &Request) -> Result<(), ApiError> {
     let uri = req.uri();
-    let query = uri.query().filter(|q| !q.is_empty())?;
+    let Some(query) = uri.query().filter(|q| !q.is_empty()) else {
+        return Ok(());
+    };
     let route = (req.method().as_str(), uri.path());
     if QUERY_ROUTES.contains(&route) {
-        return None;
+        return Ok(());
     }
     let names: Vec<String> = query
         .split('&')
@@ -291,16 +293,14 @@ fn query_refusal(req: &Request) -> Option<Response> {
             name[..cut].to_string()
         })
         .collect();
-    ApiError::BadRequest(format!(
+    Err(ApiError::BadRequest(format!(
         "{} takes no query parameters (got: {})",
         uri.path()
             .chars()
             .take(QUERY_NAME_BYTES_QUOTED_MAX)
             .collect::<String>(),
         names.join(", ")
-    ))
-    .into_response()
-    .into()
+    )))
 }
 
 async fn not_found() -> ApiError {
