@@ -175,9 +175,10 @@ pub fn open_routes() -> Vec<Route> {
 
 /// The client API router.
 ///
-/// Each group of routes has one middleware that runs its checks in order (cheaper than a
-/// layer per check: every layer costs each request a boxed service clone and a boxed future,
-/// about a tenth of the leader's CPU at 64 clients when there were four).
+/// Each group of routes has one middleware that runs its checks in order, not a layer per
+/// check: every layer costs each request a boxed service clone and a boxed future. With a
+/// layer per check, axum and tower were 11.7% of a busy leader's CPU; with these, 8.0%
+/// (docs/benchmarks.md, "Work per request on the leader").
 pub fn router(app: Arc<App>) -> Router {
     // Every route of these two groups needs a credential when authentication is on
     // (`crate::auth`); the open routes and unknown paths do not.
