@@ -387,8 +387,8 @@ impl PeerClient {
         self.observed(None, peer, addr, path, req, timeout).await
     }
 
-    /// One RPC over `conn`, or over the shared client's pool without one, noted in the peer's
-    /// health either way.
+    /// One RPC over `conn`, or over the shared client's pool without one: encoded, signed,
+    /// sent, its reply checked, and the outcome noted in the peer's health either way.
     async fn observed<Req, Resp>(
         &self,
         conn: Option<&mut PeerConn>,
@@ -402,7 +402,21 @@ impl PeerClient {
         Req: Serialize,
         Resp: DeserializeOwned,
     {
-        let result = self.rpc_once(conn, peer, addr, path, req, timeout).await;
+        let result = async {
+            let body = codec::encode(req).map_err(|source| PeerError::Decode { peer, source })?;
+            let (request_mac, reply) = match conn {
+                Some(conn) => {
+                    self.exchange_on(conn, peer, addr, path, body, timeout)
+                        .await?
+                }
+                None => {
+                    self.exchange_pooled(peer, addr, path, body, timeout)
+                        .await?
+                }
+            };
+            self.accept(peer, &request_mac, reply)
+        }
+        .await;
         self.health.observe(peer, &result);
         result
     }
@@ -420,33 +434,6 @@ impl PeerClient {
     /// Peer calls that did not reach their peer or got no answer, since start.
     pub fn failed_calls_total(&self) -> u64 {
         self.health.failed_calls_total()
-    }
-
-    async fn rpc_once<Req, Resp>(
-        &self,
-        conn: Option<&mut PeerConn>,
-        peer: NodeId,
-        addr: &str,
-        path: &str,
-        req: &Req,
-        timeout: Duration,
-    ) -> Result<Resp, PeerError>
-    where
-        Req: Serialize,
-        Resp: DeserializeOwned,
-    {
-        let body = codec::encode(req).map_err(|source| PeerError::Decode { peer, source })?;
-        let (request_mac, reply) = match conn {
-            Some(conn) => {
-                self.exchange_on(conn, peer, addr, path, body, timeout)
-                    .await?
-            }
-            None => {
-                self.exchange_pooled(peer, addr, path, body, timeout)
-                    .await?
-            }
-        };
-        self.accept(peer, &request_mac, reply)
     }
 
     /// Signs `body` and sends it through the shared client's pool. Returns the request's MAC
